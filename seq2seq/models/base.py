@@ -1,0 +1,76 @@
+"""The one interface between models and the rest of the toolkit (training, search, export).
+
+Every architecture implements ``EncoderDecoder``:
+
+* ``encode(src, src_mask) -> memory`` runs the encoder once per batch.
+* ``init_state(memory) -> state`` gives the decoder state before the first target token.
+* ``decode_step(memory, state, tokens) -> (logits, state, attention)`` advances one target
+  position for a batch of previous tokens. Generation is incremental: RNNs carry their hidden
+  state, Transformers a key/value cache.
+* ``forward(src, src_mask, tgt_in) -> (logits, attention)`` is teacher-forced decoding of a whole
+  target prefix, used for training and for re-scoring / exporting chosen hypotheses.
+
+Attention has one shape everywhere, so that export and plotting never look at the architecture:
+``(batch, layers, heads, tgt_len, src_len)`` for ``forward`` and ``(batch, layers, heads, src_len)``
+for ``decode_step``. The RNN has layers = heads = 1; the Transformer returns the decoder's
+cross-attention of every layer and head.
+
+``memory`` and ``state`` are dicts (possibly nested, lists allowed) of tensors whose **first
+dimension is the batch**; search expands and reorders them with ``select_batch`` alone, without
+knowing what they contain.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+Tree = Any  # dict / list / tuple of tensors (batch-first), or None
+
+
+def select_batch(tree: Tree, index: torch.Tensor) -> Tree:
+    """Index every tensor in a nested dict/list/tuple along dim 0 (batch) with ``index``."""
+    if tree is None:
+        return None
+    if isinstance(tree, torch.Tensor):
+        return tree.index_select(0, index)
+    if isinstance(tree, dict):
+        return {key: select_batch(value, index) for key, value in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(select_batch(value, index) for value in tree)
+    raise TypeError(f"select_batch: unsupported state element of type {type(tree).__name__}")
+
+
+class EncoderDecoder(nn.Module):
+    """Abstract encoder-decoder; see the module docstring for the contract."""
+
+    #: number of decoder layers / heads whose attention is returned (RNN: 1, 1)
+    attention_layers: int = 1
+    attention_heads: int = 1
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> dict:
+        """src (batch, src_len) token ids; src_mask (batch, src_len) True = real token."""
+        raise NotImplementedError
+
+    def init_state(self, memory: dict) -> dict:
+        raise NotImplementedError
+
+    def decode_step(
+        self, memory: dict, state: dict, tokens: torch.Tensor, need_attention: bool = True
+    ) -> tuple[torch.Tensor, dict, torch.Tensor | None]:
+        """tokens (batch,) -> logits (batch, vocab), new state, attention (batch, L, H, src_len).
+
+        With ``need_attention=False`` a model may take a faster path and return None.
+        """
+        raise NotImplementedError
+
+    def forward(
+        self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, need_attention: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Teacher forcing: tgt_in (batch, tgt_len) starting with bos -> logits (batch, tgt_len, vocab)
+        and, if asked, attention (batch, L, H, tgt_len, src_len)."""
+        raise NotImplementedError
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
