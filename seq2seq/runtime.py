@@ -1,0 +1,83 @@
+"""Process-level set-up shared by training and translation: device, seeding, threads, precision, logging."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+from contextlib import nullcontext
+from typing import Any
+
+import numpy as np
+import torch
+
+from .errors import UserError
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` picks CUDA when present, else CPU; ``cuda`` without a GPU is a user error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"--device {name}: no CUDA device is available; use --device cpu or auto")
+    if name != "cpu" and not name.startswith("cuda"):
+        raise UserError(f"--device must be auto, cpu or cuda[:N], got {name!r}")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    """The one seed function: python, numpy and torch (CPU and CUDA)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def set_threads(threads: int) -> None:
+    if threads > 0:
+        torch.set_num_threads(threads)
+
+
+def autocast(device: torch.device, precision: str):
+    """Autocast context for ``--precision``: fp32 (none), bf16 (CPU or CUDA), fp16 (CUDA only)."""
+    if precision == "fp32":
+        return nullcontext()
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    if precision == "fp16":
+        if device.type != "cuda":
+            raise UserError("--precision fp16 needs a CUDA device; on CPU use --precision bf16 or fp32")
+        return torch.autocast("cuda", dtype=torch.float16)
+    raise UserError(f"--precision must be fp32, bf16 or fp16, got {precision!r}")
+
+
+def log(event: str, quiet: bool = False, **fields: Any) -> None:
+    """One plain ``event key=value ...`` line on stderr, easy to grep and parse."""
+    if quiet:
+        return
+    parts = [event]
+    for key, value in fields.items():
+        if isinstance(value, float):
+            value = f"{value:.6g}"
+        parts.append(f"{key}={value}")
+    print(" ".join(parts), file=sys.stderr, flush=True)
+
+
+class JsonlLog:
+    """Append-only metrics log, one JSON object per line (flushed, so a killed run keeps its lines)."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = path
+        self.start = time.time()
+
+    def write(self, record: dict[str, Any]) -> None:
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process in MB (Linux/macOS)."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1024 if sys.platform != "darwin" else peak / 2**20

@@ -1,0 +1,346 @@
+"""The training loop, shared by every architecture.
+
+Adam/AdamW; warmup + inverse-sqrt schedule for the Transformer, plateau decay (on validation loss)
+for the RNN; label-smoothed cross-entropy over target tokens; gradient clipping and accumulation;
+autocast precision; validation loss and BLEU every ``eval_every`` steps; early stopping on BLEU;
+``best.pt`` and ``last.pt`` written atomically; exact resume; Ctrl-C leaves a resumable checkpoint.
+
+Resume semantics: ``--resume`` reloads ``last.pt`` of the output directory and continues from the
+step after it with the same model, optimizer, schedule, RNG states, epoch and position inside the
+epoch, so an interrupted run ends with the same weights as an uninterrupted one. The stopping
+limits (``max_steps``, ``max_epochs``, ``max_minutes``, ``patience``) are taken from the command
+line of the resumed run; everything else comes from the checkpoint. ``max_minutes`` counts the
+wall-clock time of all sessions of the run together.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+import torch.nn.functional as F
+
+from .checkpoint import bytes_to_tensor, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from .config import RunConfig
+from .corpus import PreparedCorpus
+from .errors import UserError
+from .evaluation import corpus_scores
+from .models import build_model
+from .runtime import JsonlLog, autocast, log, peak_rss_mb, resolve_device
+from .tokenizer import PAD_ID
+from .translator import Translator
+
+LIMIT_FIELDS = ("max_steps", "max_epochs", "max_minutes", "patience", "eval_every")
+
+
+@dataclass
+class Progress:
+    """Everything about where a run is, saved in checkpoints."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0  # batches of the current epoch already consumed
+    best_bleu: float = -1.0
+    best_step: int = 0
+    evals_without_improvement: int = 0
+    elapsed: float = 0.0  # seconds, summed over sessions
+    train_seconds: float = 0.0  # seconds inside training steps only
+    tgt_tokens: int = 0
+    stopped: str = ""
+
+
+@dataclass
+class TrainResult:
+    output_dir: Path
+    best_checkpoint: Path
+    last_checkpoint: Path
+    progress: Progress
+    test_scores: dict[str, Any] = field(default_factory=dict)
+    parameters: int = 0
+    peak_rss_mb: float = 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.progress.tgt_tokens / max(self.progress.train_seconds, 1e-9)
+
+
+def default_lr(cfg: RunConfig) -> float:
+    if cfg.train.lr > 0:
+        return cfg.train.lr
+    return 1e-3 if cfg.model.arch == "transformer" else 1e-3
+
+
+def schedule_kind(cfg: RunConfig) -> str:
+    if cfg.train.schedule != "auto":
+        return cfg.train.schedule
+    return "inverse-sqrt" if cfg.model.arch == "transformer" else "plateau"
+
+
+def build_optimizer(model: torch.nn.Module, cfg: RunConfig) -> torch.optim.Optimizer:
+    kinds = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+    if cfg.train.optimizer not in kinds:
+        raise UserError(f"--optimizer must be adam or adamw, got {cfg.train.optimizer!r}")
+    return kinds[cfg.train.optimizer](
+        model.parameters(), lr=default_lr(cfg), betas=tuple(cfg.train.betas),
+        weight_decay=cfg.train.weight_decay,
+    )
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: RunConfig):
+    """inverse-sqrt: lr(t) = lr * min(t / warmup, sqrt(warmup / t)); plateau: halve on no
+    validation-loss improvement for ``plateau_patience`` evaluations; constant."""
+    kind = schedule_kind(cfg)
+    if kind == "inverse-sqrt":
+        warmup = max(1, cfg.train.warmup_steps)
+        return torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: min((step + 1) / warmup, math.sqrt(warmup / (step + 1)))
+        )
+    if kind == "plateau":
+        return torch.optim.lr_scheduler.ReduceLROnPlateau(
+            optimizer, mode="min", factor=cfg.train.plateau_factor, patience=cfg.train.plateau_patience
+        )
+    if kind == "constant":
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    raise UserError(f"--schedule must be auto, inverse-sqrt, plateau or constant, got {kind!r}")
+
+
+def sequence_loss(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float) -> torch.Tensor:
+    """Summed label-smoothed cross-entropy over non-pad target tokens."""
+    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)).float(), target.reshape(-1), ignore_index=PAD_ID,
+        label_smoothing=label_smoothing, reduction="sum",
+    )
+
+
+class Trainer:
+    """Owns the model, optimizer, schedule and progress of one run; ``fit`` runs it."""
+
+    def __init__(self, cfg: RunConfig, corpus: PreparedCorpus, quiet: bool = False) -> None:
+        self.cfg = cfg
+        self.corpus = corpus
+        self.quiet = quiet
+        self.device = resolve_device(cfg.train.device)
+        self.out = Path(cfg.output_dir)
+        self.model = build_model(cfg.model).to(self.device)
+        self.optimizer = build_optimizer(self.model, cfg)
+        self.scheduler = build_scheduler(self.optimizer, cfg)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.train.precision == "fp16")
+        self.progress = Progress()
+        self.metrics = JsonlLog(self.out / "metrics.jsonl")
+        self._rng_at_step = rng_state()
+        autocast(self.device, cfg.train.precision)  # validate --precision early
+        self.step_fn = self._train_step
+        if cfg.train.compile:
+            self.forward = torch.compile(self.model)
+        else:
+            self.forward = self.model
+
+    # ----------------------------------------------------------------- state
+    def state(self) -> dict[str, Any]:
+        return {
+            "config": self.cfg.to_dict(),
+            "tokenizer": bytes_to_tensor(self.corpus.tokenizer.to_bytes()),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "progress": vars(self.progress).copy(),
+            "rng": self._rng_at_step,
+        }
+
+    def save(self, name: str) -> Path:
+        path = self.out / name
+        save_checkpoint(path, self.state())
+        return path
+
+    def restore(self, path: Path) -> None:
+        payload = load_checkpoint(path)
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.scheduler.load_state_dict(payload["scheduler"])
+        self.scaler.load_state_dict(payload["scaler"])
+        self.progress = Progress(**payload["progress"])
+        self.progress.stopped = ""
+        set_rng_state(payload["rng"])
+        self._rng_at_step = payload["rng"]
+
+    # ----------------------------------------------------------------- loop
+    def fit(self) -> Progress:
+        tc = self.cfg.train
+        bar = self._progress_bar()
+        session_start = time.time() - self.progress.elapsed
+        try:
+            while not self.progress.stopped:
+                for group in self._batch_groups():
+                    t0 = time.time()
+                    loss, tokens = self.step_fn(group)
+                    self.progress.train_seconds += time.time() - t0
+                    self.progress.tgt_tokens += tokens
+                    self.progress.step += 1
+                    self.progress.batch_in_epoch += len(group)
+                    self.progress.elapsed = time.time() - session_start
+                    self._rng_at_step = rng_state()  # what a resume after this step restores
+                    self._after_step(loss, tokens, bar)
+                    if self._should_stop():
+                        break
+                else:
+                    self.progress.epoch += 1
+                    self.progress.batch_in_epoch = 0
+                    if tc.max_epochs and self.progress.epoch >= tc.max_epochs:
+                        self.progress.stopped = "max_epochs"
+        except KeyboardInterrupt:
+            self.progress.stopped = "interrupted"  # checkpoint = state after the last completed step
+            log("interrupted", step=self.progress.step, checkpoint=self.out / "last.pt")
+        finally:
+            bar.close()
+        if self.progress.stopped != "interrupted" and self.progress.step % max(tc.eval_every, 1):
+            self._evaluate_and_checkpoint()
+        self.save("last.pt")
+        if not (self.out / "best.pt").exists():
+            self.save("best.pt")
+        return self.progress
+
+    def _batch_groups(self) -> Iterator[list]:
+        """Groups of ``accumulate`` batches from the current epoch, resuming mid-epoch."""
+        batches = self.corpus.train_batches(self.progress.epoch, start=self.progress.batch_in_epoch)
+        group = []
+        for batch in batches:
+            group.append(batch)
+            if len(group) == self.cfg.train.accumulate:
+                yield group
+                group = []
+
+    def _train_step(self, group: list) -> tuple[float, int]:
+        """One optimizer update from ``group`` micro-batches; loss is per target token."""
+        self.model.train()
+        total_tokens = sum(b.num_tgt_tokens for b in group)
+        total_loss = 0.0
+        for batch in group:
+            batch = batch.to(self.device)
+            with autocast(self.device, self.cfg.train.precision):
+                logits, _ = self.forward(batch.src, batch.src_mask, batch.tgt_in)
+            loss = sequence_loss(logits, batch.tgt_out, self.cfg.train.label_smoothing)
+            self.scaler.scale(loss / total_tokens).backward()
+            total_loss += loss.item()
+        self.scaler.unscale_(self.optimizer)
+        if self.cfg.train.clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        if not isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            self.scheduler.step()
+        return total_loss / max(total_tokens, 1), total_tokens
+
+    def _after_step(self, loss: float, tokens: int, bar) -> None:
+        p, tc = self.progress, self.cfg.train
+        lr = self.optimizer.param_groups[0]["lr"]
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{p.tgt_tokens / max(p.train_seconds, 1e-9):.0f}")
+        if p.step % max(tc.log_every, 1) == 0:
+            tok_s = p.tgt_tokens / max(p.train_seconds, 1e-9)
+            self.metrics.write({"kind": "train", "step": p.step, "epoch": p.epoch, "loss": loss, "lr": lr,
+                                "tokens_per_s": tok_s, "elapsed": p.elapsed})
+            if self.quiet:
+                log("train", step=p.step, epoch=p.epoch, loss=loss, lr=lr, tok_s=round(tok_s))
+        if tc.eval_every and p.step % tc.eval_every == 0:
+            self._evaluate_and_checkpoint()
+
+    def _should_stop(self) -> bool:
+        p, tc = self.progress, self.cfg.train
+        if tc.max_steps and p.step >= tc.max_steps:
+            p.stopped = "max_steps"
+        elif tc.max_minutes and p.elapsed >= tc.max_minutes * 60:
+            p.stopped = "max_minutes"
+        elif tc.patience and p.evals_without_improvement >= tc.patience:
+            p.stopped = "early_stopping"
+        return bool(p.stopped)
+
+    # ----------------------------------------------------------------- evaluation
+    def _evaluate_and_checkpoint(self) -> None:
+        p = self.progress
+        scores = self.validate()
+        if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            self.scheduler.step(scores["loss"])
+        improved = scores["bleu"] > p.best_bleu
+        if improved:
+            p.best_bleu, p.best_step, p.evals_without_improvement = scores["bleu"], p.step, 0
+        else:
+            p.evals_without_improvement += 1
+        self.metrics.write({"kind": "valid", "step": p.step, "epoch": p.epoch, "elapsed": p.elapsed,
+                            "train_seconds": p.train_seconds, **scores})
+        log("valid", step=p.step, loss=scores["loss"], ppl=scores["ppl"], bleu=scores["bleu"],
+            best_bleu=p.best_bleu, elapsed_s=round(p.elapsed))
+        if improved:
+            self.save("best.pt")
+        self.save("last.pt")
+
+    @torch.inference_mode()
+    def validate(self) -> dict[str, float]:
+        """Teacher-forced loss/perplexity and BLEU of greedy (or ``eval_beam_size``) decoding."""
+        self.model.eval()
+        loss_sum, tokens = 0.0, 0
+        for batch in self.corpus.eval_batches("validation"):
+            batch = batch.to(self.device)
+            with autocast(self.device, self.cfg.train.precision):
+                logits, _ = self.model(batch.src, batch.src_mask, batch.tgt_in)
+            loss_sum += F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(),
+                                        batch.tgt_out.reshape(-1), ignore_index=PAD_ID, reduction="sum").item()
+            tokens += batch.num_tgt_tokens
+        sources, references = self.corpus.texts("validation", self.cfg.train.eval_max_sentences)
+        translator = Translator(self.model, self.corpus.tokenizer, self.device)
+        hyps = translator.translate(sources, beam_size=self.cfg.train.eval_beam_size, need_attention=False)
+        bleu = corpus_scores([h.text for h in hyps], references, ("bleu",))["bleu"].score
+        loss = loss_sum / max(tokens, 1)
+        return {"loss": loss, "ppl": math.exp(min(loss, 50)), "bleu": bleu}
+
+    def _progress_bar(self):
+        from tqdm import tqdm
+
+        total = self.cfg.train.max_steps or None
+        return tqdm(total=total, initial=self.progress.step, desc="train", unit="step",
+                    disable=self.quiet, dynamic_ncols=True, leave=False)
+
+
+def train(cfg: RunConfig, resume: bool = False, quiet: bool = False) -> TrainResult:
+    """Train a model as ``cfg`` says; returns where it is and how it scored on the test split."""
+    from .corpus import prepare_run_corpus
+    from .runtime import seed_everything, set_threads
+
+    out = Path(cfg.output_dir)
+    if resume:
+        cfg = _resumed_config(cfg, out)
+    elif (out / "last.pt").exists():
+        raise UserError(f"{out} already holds a run (last.pt); pass --resume to continue it "
+                        "or choose another --output-dir")
+    cfg.model.validate()
+    set_threads(cfg.train.threads)
+    seed_everything(cfg.train.seed)
+    out.mkdir(parents=True, exist_ok=True)
+    corpus = prepare_run_corpus(cfg, out, quiet=quiet)
+    cfg.model.vocab_size = corpus.tokenizer.vocab_size
+    trainer = Trainer(cfg, corpus, quiet=quiet)
+    if resume:
+        trainer.restore(out / "last.pt")
+        log("resume", step=trainer.progress.step, epoch=trainer.progress.epoch)
+    log("start", arch=cfg.model.arch, attention=cfg.model.attention if cfg.model.arch == "rnn" else "-",
+        parameters=trainer.model.num_parameters(), device=trainer.device, output_dir=out)
+    progress = trainer.fit()
+    result = TrainResult(out, out / "best.pt", out / "last.pt", progress,
+                         parameters=trainer.model.num_parameters(), peak_rss_mb=peak_rss_mb())
+    log("stop", reason=progress.stopped, step=progress.step, best_bleu=progress.best_bleu,
+        best_step=progress.best_step, tok_s=round(result.tokens_per_second))
+    return result
+
+
+def _resumed_config(cfg: RunConfig, out: Path) -> RunConfig:
+    """The checkpoint's config, with this invocation's stopping limits and device."""
+    payload = load_checkpoint(out / "last.pt")
+    saved = RunConfig.from_dict(payload["config"], source=f"checkpoint {out / 'last.pt'}")
+    for name in LIMIT_FIELDS + ("device", "threads"):
+        setattr(saved.train, name, getattr(cfg.train, name))
+    saved.output_dir = str(out)
+    return saved

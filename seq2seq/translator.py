@@ -1,0 +1,187 @@
+"""Translate text with a trained model: the Python API behind translate.py and validation BLEU.
+
+    from seq2seq import Translator
+    translator = Translator.from_checkpoint("checkpoints/run/best.pt")
+    for t in translator.translate(["Ein Hund läuft."], beam_size=5):
+        print(t.text, t.score, t.attention.shape)   # (layers, heads, tgt_len + 1, src_len + 1)
+
+Inputs are encoded with the run's SentencePiece model, sorted by length into batches, decoded by
+greedy or beam search, and returned in input order. Empty inputs give empty outputs without
+touching the model. Inputs longer than ``max_input_tokens`` subwords are cut to that length with a
+warning naming the line (the model never saw longer sentences; decoding cost grows with length).
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import torch
+
+from .checkpoint import load_checkpoint, tensor_to_bytes
+from .config import RunConfig
+from .errors import UserError
+from .models import build_model
+from .models.base import EncoderDecoder
+from .runtime import resolve_device
+from .search import translate_batch
+from .tokenizer import EOS_ID, PAD_ID, Tokenizer
+
+
+@dataclass
+class Translation:
+    """One hypothesis for one input. ``attention`` rows: target pieces + EOS; columns: source
+    pieces + EOS; shape (layers, heads, len(tgt_pieces), len(src_pieces))."""
+
+    source: str
+    text: str
+    tokens: list[int]
+    score: float  # length-penalised log-probability used for ranking
+    log_prob: float
+    src_pieces: list[str] = field(default_factory=list)
+    tgt_pieces: list[str] = field(default_factory=list)
+    attention: np.ndarray | None = None
+    alternatives: list["Translation"] = field(default_factory=list)  # n-best list, best first
+
+    @property
+    def alignment(self) -> np.ndarray | None:
+        """(tgt_len + 1, src_len + 1) attention averaged over the heads of the default layer
+        (the penultimate decoder layer; the only one for RNNs)."""
+        if self.attention is None:
+            return None
+        from .alignment import aggregate
+
+        return aggregate(self.attention)
+
+
+class Translator:
+    def __init__(self, model: EncoderDecoder, tokenizer: Tokenizer, device: torch.device | str = "cpu",
+                 max_input_tokens: int = 250) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
+        self.max_input_tokens = max_input_tokens
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, device: str = "auto", max_input_tokens: int = 250) -> "Translator":
+        payload = load_checkpoint(path)
+        config = RunConfig.from_dict(payload["config"], source=f"checkpoint {path}")
+        tokenizer = Tokenizer.from_bytes(tensor_to_bytes(payload["tokenizer"]))
+        model = build_model(config.model)
+        try:
+            model.load_state_dict(payload["model"])
+        except RuntimeError as exc:
+            raise UserError(
+                f"checkpoint {path}: weights do not fit the model its config describes "
+                f"({str(exc).splitlines()[0][:200]}); was it written by another version?"
+            ) from None
+        dev = resolve_device(device)
+        if config.model.arch == "transformer" and config.model.positional == "learned":
+            max_input_tokens = min(max_input_tokens, config.model.max_positions - 1)
+        return cls(model.to(dev), tokenizer, dev, max_input_tokens)
+
+    def translate(
+        self,
+        sentences: Sequence[str],
+        beam_size: int = 1,
+        length_penalty: float = 1.0,
+        n_best: int = 1,
+        batch_size: int = 64,
+        max_len_ratio: float = 1.5,
+        need_attention: bool = True,
+        progress: bool = False,
+        first_line: int = 1,
+    ) -> list[Translation]:
+        """Translate ``sentences`` (one string each); the result is in input order.
+        ``first_line`` numbers the first sentence in warnings (for streamed input)."""
+        if beam_size < 1 or n_best < 1 or n_best > beam_size:
+            raise UserError(f"need 1 <= --n-best ({n_best}) <= --beam-size ({beam_size})")
+        if batch_size < 1:
+            raise UserError(f"--batch-size must be positive, got {batch_size}")
+        encoded = [self._encode(text, line) for line, text in enumerate(sentences, start=first_line)]
+        results: list[Translation | None] = [None] * len(sentences)
+        order = sorted((i for i, ids in enumerate(encoded) if ids), key=lambda i: -len(encoded[i]))
+        for i, text in enumerate(sentences):
+            if not encoded[i]:
+                results[i] = Translation(source=text, text="", tokens=[], score=0.0, log_prob=0.0)
+        batches = [order[k:k + batch_size] for k in range(0, len(order), batch_size)]
+        if progress:
+            from tqdm import tqdm
+
+            batches = tqdm(batches, desc="translate", unit="batch", file=sys.stderr)
+        for batch in batches:
+            src, src_mask = self._pad([encoded[i] for i in batch])
+            hypotheses = translate_batch(
+                self.model, src, src_mask, beam_size=beam_size, length_penalty=length_penalty,
+                n_best=n_best, max_len_ratio=max_len_ratio, need_attention=need_attention,
+            )
+            for i, hyps in zip(batch, hypotheses):
+                results[i] = self._to_translation(sentences[i], encoded[i], hyps)
+        return results  # type: ignore[return-value]
+
+    def _encode(self, text: str, line: int) -> list[int]:
+        text = text.strip()
+        if not text:
+            return []
+        ids = self.tokenizer.encode(text)
+        if len(ids) > self.max_input_tokens:
+            print(
+                f"warning: input line {line} has {len(ids)} subword tokens; translating only the "
+                f"first {self.max_input_tokens} (raise --max-input-tokens to change)",
+                file=sys.stderr,
+            )
+            ids = ids[: self.max_input_tokens]
+        return ids + [EOS_ID]
+
+    def _pad(self, sequences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(s) for s in sequences)
+        src = torch.full((len(sequences), width), PAD_ID, dtype=torch.long)  # (batch, src_len)
+        for row, ids in enumerate(sequences):
+            src[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        src = src.to(self.device)
+        return src, src != PAD_ID
+
+    def _to_translation(self, source: str, src_ids: list[int], hyps: list) -> Translation:
+        src_pieces = self.tokenizer.pieces(src_ids)
+        alternatives = []
+        for hyp in hyps:
+            attention = hyp.attention.float().cpu().numpy() if hyp.attention is not None else None
+            alternatives.append(Translation(
+                source=source, text=self.tokenizer.decode(hyp.tokens), tokens=list(hyp.tokens),
+                score=float(hyp.score), log_prob=float(hyp.log_prob), src_pieces=src_pieces,
+                tgt_pieces=self.tokenizer.pieces(list(hyp.tokens) + [EOS_ID]), attention=attention,
+            ))
+        best = alternatives[0]
+        best.alternatives = alternatives
+        return best
+
+
+def read_lines(path: str | Path | None) -> Iterable[str]:
+    """Lines of a UTF-8 file (or stdin for None / '-'), without their newline; errors name the line."""
+    if path in (None, "-"):
+        stream = sys.stdin.buffer
+        name = "<stdin>"
+    else:
+        if not Path(path).is_file():
+            raise UserError(f"input file {path}: no such file")
+        stream = open(path, "rb")
+        name = str(path)
+    with stream if name != "<stdin>" else _NoClose(stream) as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                yield raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as exc:
+                raise UserError(f"{name} line {number}: not valid UTF-8 ({exc.reason}); convert the file to UTF-8") from None
+
+
+class _NoClose:
+    def __init__(self, stream):
+        self.stream = stream
+
+    def __enter__(self):
+        return self.stream
+
+    def __exit__(self, *exc):
+        return False
