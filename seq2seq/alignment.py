@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import uuid
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -533,11 +533,9 @@ def _int_list(heads: Heads) -> list[int]:
 
 
 def _temp_beside(path: Path) -> Path:
-    """A fresh temp file in ``path``'s directory (so ``os.replace`` is an atomic rename)."""
+    """A fresh temp name in ``path``'s directory (so ``os.replace`` is an atomic rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    return Path(name)
+    return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
 
 
 class AlignmentWriter:
@@ -564,6 +562,7 @@ class AlignmentWriter:
         self.settings = dict(layer=layer, heads=heads, include_eos=include_eos, method=method,
                              threshold=threshold)
         self._indices: list[int] = []
+        self._seen: set[int] = set()
         self._jsonl_tmp: Path | None = None
         self._npz_tmp: Path | None = None
         self._jsonl = None
@@ -571,10 +570,10 @@ class AlignmentWriter:
 
     def __enter__(self) -> AlignmentWriter:
         self._jsonl_tmp = _temp_beside(self.jsonl_path)
-        self._jsonl = self._jsonl_tmp.open("w", encoding="utf-8")
+        self._jsonl = self._jsonl_tmp.open("x", encoding="utf-8")
         if self.npz_path is not None:
             self._npz_tmp = _temp_beside(self.npz_path)
-            self._zip = zipfile.ZipFile(self._npz_tmp, "w", zipfile.ZIP_STORED, allowZip64=True)
+            self._zip = zipfile.ZipFile(self._npz_tmp, "x", zipfile.ZIP_STORED, allowZip64=True)
         return self
 
     def add(self, index: int, source: str, target: str, src_pieces: Sequence[str],
@@ -590,8 +589,9 @@ class AlignmentWriter:
         """Append one record (built elsewhere) to the JSONL and the NPZ."""
         if self._jsonl is None:
             raise RuntimeError("AlignmentWriter is not open: use it in a 'with' block")
-        if record.index in self._indices:
+        if record.index in self._seen:
             raise ValueError(f"sentence index {record.index} written twice")
+        self._seen.add(record.index)
         self._indices.append(record.index)
         self._jsonl.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
         if self._zip is not None:
@@ -609,22 +609,25 @@ class AlignmentWriter:
             np.lib.format.write_array(handle, np.asarray(array), allow_pickle=False)
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        ok = exc_type is None
+        ok = False
         try:
-            if ok and self._zip is not None:
+            if exc_type is None and self._zip is not None:
                 heads = self.settings["heads"]
-                meta = dict(self.settings, heads=heads if isinstance(heads, str) else _int_list(heads),
-                            sentences=len(self._indices), indices=self._indices)
+                meta = dict(self.settings, sentences=len(self._indices), indices=self._indices,
+                            heads=heads if isinstance(heads, str) else _int_list(heads))
                 self._add_array("meta", np.array(json.dumps(meta)))
+            ok = exc_type is None
         finally:
-            self._jsonl.close()
-            if self._zip is not None:
-                self._zip.close()
-            for tmp, final in ((self._jsonl_tmp, self.jsonl_path), (self._npz_tmp, self.npz_path)):
-                if tmp is None:
-                    continue
-                if ok:
-                    os.replace(tmp, final)
-                else:
-                    tmp.unlink(missing_ok=True)
-            self._jsonl = self._zip = None
+            self._close(publish=ok)
+
+    def _close(self, publish: bool) -> None:
+        """Close both files; rename them into place (publish) or delete them."""
+        self._jsonl.close()
+        if self._zip is not None:
+            self._zip.close()
+        for tmp, final in ((self._jsonl_tmp, self.jsonl_path), (self._npz_tmp, self.npz_path)):
+            if tmp is not None and publish:
+                os.replace(tmp, final)
+            elif tmp is not None:
+                tmp.unlink(missing_ok=True)
+        self._jsonl = self._zip = self._jsonl_tmp = self._npz_tmp = None

@@ -305,8 +305,9 @@ class Trainer:
                     disable=self.quiet, dynamic_ncols=True, leave=False)
 
 
-def train(cfg: RunConfig, resume: bool = False, quiet: bool = False) -> TrainResult:
-    """Train a model as ``cfg`` says; returns where it is and how it scored on the test split."""
+def train(cfg: RunConfig, resume: bool = False, quiet: bool = False, final_test: bool = False) -> TrainResult:
+    """Train a model as ``cfg`` says. With ``final_test``, the best checkpoint then translates the
+    test split (beam 5), its BLEU/chrF are returned and a few alignment heatmaps are plotted."""
     from .corpus import prepare_run_corpus
     from .runtime import seed_everything, set_threads
 
@@ -333,7 +334,29 @@ def train(cfg: RunConfig, resume: bool = False, quiet: bool = False) -> TrainRes
                          parameters=trainer.model.num_parameters(), peak_rss_mb=peak_rss_mb())
     log("stop", reason=progress.stopped, step=progress.step, best_bleu=progress.best_bleu,
         best_step=progress.best_step, tok_s=round(result.tokens_per_second))
+    if final_test and progress.stopped != "interrupted" and len(corpus.splits.get("test", [])):
+        result.test_scores = test_best_checkpoint(trainer, out)
     return result
+
+
+def test_best_checkpoint(trainer: Trainer, out: Path, beam_size: int = 5, plots: int = 3) -> dict[str, Any]:
+    """Translate the test split with ``best.pt``; write test.hyp, score it, plot a few alignments."""
+    from .alignment import record_from_translation
+    from .io_utils import atomic_output
+    from .plotting import plot_records
+
+    trainer.model.load_state_dict(load_checkpoint(out / "best.pt")["model"])
+    sources, references = trainer.corpus.texts("test")
+    translator = Translator(trainer.model, trainer.corpus.tokenizer, trainer.device)
+    hyps = translator.translate(sources, beam_size=beam_size, need_attention=False)
+    with atomic_output(out / "test.hyp") as handle:
+        handle.writelines(h.text + "\n" for h in hyps)
+    scores = corpus_scores([h.text for h in hyps], references, ("bleu", "chrf"))
+    examples = translator.translate(sources[:plots], beam_size=beam_size, need_attention=True)
+    plot_records([record_from_translation(i, t) for i, t in enumerate(examples)], out / "plots")
+    log("test", beam=beam_size, **{name: round(s.score, 2) for name, s in scores.items()},
+        hypotheses=out / "test.hyp", plots=out / "plots")
+    return scores
 
 
 def _resumed_config(cfg: RunConfig, out: Path) -> RunConfig:

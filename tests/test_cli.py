@@ -1,0 +1,111 @@
+"""train.py and translate.py as a user runs them: subprocesses, exit codes, stdin/stdout, files."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(script: str, *args: str, stdin: str | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / script), *args], input=stdin, capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+
+
+TINY = ["--toy-size", "300", "--vocab-size", "120", "--d-model", "32", "--heads", "2", "--ff-size", "64",
+        "--layers", "1", "--max-steps", "8", "--eval-every", "4", "--eval-max-sentences", "8", "--quiet",
+        "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("cli") / "run"
+    proc = run("train.py", *TINY, "--output-dir", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "test BLEU" in proc.stdout
+    return out / "best.pt"
+
+
+def test_translate_is_a_stdin_stdout_filter_keeping_order_and_empty_lines(checkpoint):
+    lines = ["twenty-one", "", "three hundred and five", "   ", "seven"]
+    proc = run("translate.py", "--checkpoint", str(checkpoint), "--beam-size", "2", "--quiet",
+               stdin="\n".join(lines) + "\n")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.split("\n")[:-1]
+    assert len(out) == len(lines)
+    assert out[1] == "" and out[3] == ""
+    single = run("translate.py", "--checkpoint", str(checkpoint), "--beam-size", "2", stdin="seven\n")
+    assert single.stdout.strip() == out[4]
+
+
+def test_very_long_input_is_cut_with_a_warning(checkpoint):
+    long_line = " ".join(["nine hundred and ninety-nine thousand"] * 60)
+    proc = run("translate.py", "--checkpoint", str(checkpoint), "--beam-size", "1",
+               "--max-input-tokens", "40", stdin=long_line + "\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "input line 1" in proc.stderr and "first 40" in proc.stderr
+    assert len(proc.stdout.split("\n")) == 2
+
+
+def test_output_file_reference_scores_and_nbest(checkpoint, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("twenty-one\nseven\n", encoding="utf-8")
+    ref = tmp_path / "ref.txt"
+    ref.write_text("einundzwanzig\nsieben\n", encoding="utf-8")
+    out = tmp_path / "out.txt"
+    proc = run("translate.py", "--checkpoint", str(checkpoint), "--input", str(src), "--output", str(out),
+               "--reference", str(ref))
+    assert proc.returncode == 0, proc.stderr
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 2
+    assert "BLEU" in proc.stderr and "chrF2" in proc.stderr and "nrefs:1" in proc.stderr
+    nbest = run("translate.py", "--checkpoint", str(checkpoint), "--beam-size", "3", "--n-best", "3",
+                stdin="seven\n")
+    rows = nbest.stdout.splitlines()
+    assert len(rows) == 3 and all(r.startswith("0 ||| ") for r in rows)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--checkpoint", "nowhere.pt"], "no such file"),
+    (["--checkpoint", "CKPT", "--input", "missing.txt"], "missing.txt"),
+    (["--checkpoint", "CKPT", "--n-best", "3", "--beam-size", "2"], "--n-best"),
+    (["--checkpoint", "CKPT", "--reference", "REF"], "--reference"),
+])
+def test_translate_errors_are_one_line_without_traceback(checkpoint, tmp_path, args, message):
+    ref = tmp_path / "ref.txt"
+    ref.write_text("a\nb\nc\n", encoding="utf-8")
+    args = [str(checkpoint) if a == "CKPT" else str(ref) if a == "REF" else a for a in args]
+    proc = run("translate.py", *args, stdin="seven\n")
+    assert proc.returncode == 2
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_bad_output_never_leaves_a_half_written_file(checkpoint, tmp_path):
+    out = tmp_path / "out.txt"
+    proc = run("translate.py", "--checkpoint", str(checkpoint), "--output", str(out),
+               "--input", str(tmp_path / "absent.txt"))
+    assert proc.returncode == 2 and not out.exists()
+    assert not list(tmp_path.glob(".*"))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--arch", "rnn", "--attention", "luong-magic"], "--attention"),
+    (["--config", "missing.yaml"], "missing.yaml"),
+    (["--resume"], "--output-dir"),
+])
+def test_train_errors_are_clear(tmp_path, args, message):
+    proc = run("train.py", *args, "--output-dir" if "--resume" not in args else "--quiet",
+               *([str(tmp_path / "run")] if "--resume" not in args else []), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_config_file_with_unknown_key(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("model:\n  arch: rnn\n  hiden_size: 64\n", encoding="utf-8")
+    proc = run("train.py", "--config", str(cfg), "--output-dir", str(tmp_path / "run"), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "hiden_size" in proc.stderr and "run.yaml" in proc.stderr and "Traceback" not in proc.stderr

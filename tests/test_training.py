@@ -1,0 +1,113 @@
+"""End to end on tiny data: train -> checkpoint -> translate -> BLEU; exact resume; Ctrl-C; bad config."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from seq2seq.checkpoint import load_checkpoint
+from seq2seq.config import RunConfig
+from seq2seq.errors import UserError
+from seq2seq.training import Trainer, train
+from seq2seq.translator import Translator
+
+
+def tiny_config(out: Path, arch: str = "transformer", **train_overrides) -> RunConfig:
+    cfg = RunConfig.from_dict({
+        "model": {"arch": arch, "d_model": 32, "heads": 2, "ff_size": 64, "layers": 1, "embed_dim": 32,
+                  "hidden_size": 32, "decoder_hidden_size": 48, "dropout": 0.1},
+        "data": {"toy_size": 300, "vocab_size": 120, "max_tokens": 400},
+        "train": {"max_steps": 12, "eval_every": 6, "warmup_steps": 5, "lr": 3e-3, "log_every": 3,
+                  "eval_max_sentences": 10, "seed": 3, **train_overrides},
+    })
+    cfg.output_dir = str(out)
+    return cfg
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(path)["model"]
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    for key in wa:
+        torch.testing.assert_close(wa[key], wb[key], rtol=0, atol=0, msg=key)
+
+
+@pytest.mark.parametrize("arch", ["transformer", "rnn"])
+def test_train_checkpoint_translate_bleu(tmp_path, arch):
+    result = train(tiny_config(tmp_path / "run", arch), quiet=True, final_test=True)
+    assert result.progress.step == 12
+    for name in ("best.pt", "last.pt", "spm.model", "metrics.jsonl", "test.hyp"):
+        assert (tmp_path / "run" / name).is_file(), name
+    assert 0.0 <= result.test_scores["bleu"].score <= 100.0
+    assert "nrefs:1" in result.test_scores["bleu"].signature
+    assert list((tmp_path / "run" / "plots").glob("*.png"))
+    translator = Translator.from_checkpoint(tmp_path / "run" / "best.pt", device="cpu")
+    [out] = translator.translate(["twenty-one"], beam_size=2)
+    assert isinstance(out.text, str) and out.attention is not None
+    assert out.attention.shape[-2:] == (len(out.tgt_pieces), len(out.src_pieces))
+
+
+def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tmp_path):
+    train(tiny_config(tmp_path / "full"), quiet=True)
+    train(tiny_config(tmp_path / "split", max_steps=6), quiet=True)
+    assert load_checkpoint(tmp_path / "split" / "last.pt")["progress"]["step"] == 6
+    resumed = train(tiny_config(tmp_path / "split", max_steps=12), resume=True, quiet=True)
+    assert resumed.progress.step == 12
+    assert_same_weights(tmp_path / "full" / "last.pt", tmp_path / "split" / "last.pt")
+
+
+def test_ctrl_c_leaves_a_resumable_checkpoint(tmp_path, monkeypatch):
+    train(tiny_config(tmp_path / "full", eval_every=0), quiet=True)
+    original = Trainer._train_step
+    calls = {"n": 0}
+
+    def interrupted_step(self, group):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return original(self, group)
+
+    monkeypatch.setattr(Trainer, "_train_step", interrupted_step)
+    result = train(tiny_config(tmp_path / "cut", eval_every=0), quiet=True)
+    assert result.progress.stopped == "interrupted" and result.progress.step == 4
+    monkeypatch.setattr(Trainer, "_train_step", original)
+    train(tiny_config(tmp_path / "cut", eval_every=0), resume=True, quiet=True)
+    assert_same_weights(tmp_path / "full" / "last.pt", tmp_path / "cut" / "last.pt")
+
+
+def test_existing_run_needs_resume(tmp_path):
+    train(tiny_config(tmp_path / "run", max_steps=2, eval_every=0), quiet=True)
+    with pytest.raises(UserError, match="--resume"):
+        train(tiny_config(tmp_path / "run", max_steps=2), quiet=True)
+
+
+def test_unknown_config_key_fails_loudly():
+    with pytest.raises(UserError, match="unknown key.*hiden_size"):
+        RunConfig.from_dict({"model": {"hiden_size": 3}})
+
+
+def test_checkpoint_loading_never_unpickles_code(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (exec, ("raise SystemExit('pwned')",))
+
+    path = tmp_path / "evil.pt"
+    torch.save({"format_version": 1, "config": {}, "tokenizer": Evil(), "model": {}}, path)
+    with pytest.raises(UserError, match="cannot be read"):
+        load_checkpoint(path)
+
+
+def test_corrupt_and_foreign_checkpoints_are_clear_errors(tmp_path):
+    (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(UserError, match="bad.pt"):
+        load_checkpoint(tmp_path / "bad.pt")
+    torch.save({"format_version": 99, "config": {}, "tokenizer": torch.zeros(1), "model": {}},
+               tmp_path / "future.pt")
+    with pytest.raises(UserError, match="format version 99"):
+        load_checkpoint(tmp_path / "future.pt")
+    with pytest.raises(UserError, match="no such file"):
+        load_checkpoint(tmp_path / "missing.pt")
