@@ -307,7 +307,7 @@ def _parse_token(token: str) -> tuple[Link, bool]:
 
 
 def _index(text: str) -> int:
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise ValueError(text)
     return int(text)
 

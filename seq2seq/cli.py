@@ -27,7 +27,7 @@ ARCH_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
 TOY_DEFAULTS: dict[str, dict[str, Any]] = {
     "model": {"embed_dim": 128, "hidden_size": 128, "decoder_hidden_size": 256, "d_model": 128,
               "ff_size": 512, "layers": 2, "heads": 4, "dropout": 0.1},
-    "data": {"toy_size": 20000, "vocab_size": 400, "max_tokens": 3000},
+    "data": {"toy_size": 20000, "src": "en", "tgt": "de", "vocab_size": 400, "max_tokens": 3000},
     "train": {"max_minutes": 4.0, "eval_every": 400, "warmup_steps": 300, "eval_max_sentences": 300},
 }
 

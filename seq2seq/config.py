@@ -56,6 +56,11 @@ class ModelConfig:
             raise UserError(f"--d-model ({self.d_model}) must be divisible by --heads ({self.heads})")
         if not 0.0 <= self.dropout < 1.0:
             raise UserError(f"--dropout must be in [0, 1), got {self.dropout}")
+        sizes = ("embed_dim", "hidden_size", "decoder_hidden_size", "encoder_layers", "decoder_layers",
+                 "d_model", "heads", "ff_size", "layers", "max_positions")
+        for name in sizes:
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(self, name)}")
 
 
 @dataclass
@@ -80,6 +85,7 @@ class DataConfig:
     sp_input_sentence_size: int = 2_000_000  # sentences sampled to train SentencePiece
     max_tokens: int = 4096  # batch budget, padding included (per side)
     num_proc: int = 1
+    cache_dir: str = "data/cache"  # encoded corpora, reused across runs
     toy_size: int = 0  # >0: train on the embedded toy corpus with this many training pairs
 
 

@@ -1,9 +1,9 @@
 """A run's corpus, ready to train on: cleaned, tokenized once, and batched by tokens.
 
-``prepare_run_corpus`` is the one place that goes from a ``RunConfig`` to batches: it loads the
-corpus (directory, table files, hub, or the embedded toy corpus), cleans it, trains or reuses the
-run's joint SentencePiece model (``<output_dir>/spm.model``), encodes every split once through
-``datasets.map`` and wraps the result in a ``PreparedCorpus``.
+``prepare_run_corpus`` is the one place that goes from a ``RunConfig`` to batches: through
+``seq2seq.data.prepare_data`` it loads the corpus (directory, table files, hub, or the embedded toy
+corpus), cleans it, trains or reuses the run's joint SentencePiece model, encodes every split once
+through ``datasets.map`` into a cache, and wraps the result in a ``PreparedCorpus``.
 """
 from __future__ import annotations
 
@@ -14,29 +14,31 @@ from typing import Iterator
 from datasets import DatasetDict
 
 from .config import RunConfig
-from .data import Batch, TokenBatchSampler, clean_corpus, encode_corpus, load_corpus, make_batches
+from .data import Batch, TokenBatchSampler, TokenColumns, make_batches, prepare_data
+from .errors import UserError
 from .runtime import log
-from .tokenizer import Tokenizer, load_or_train_tokenizer
-from .toy import toy_corpus
+from .tokenizer import Tokenizer
 
 
 @dataclass
 class PreparedCorpus:
     tokenizer: Tokenizer
-    splits: DatasetDict  # columns src, tgt, src_ids, tgt_ids
-    train_sampler: TokenBatchSampler
+    splits: DatasetDict  # columns src, tgt, src_ids, tgt_ids (memory-mapped Arrow)
     max_tokens: int
+    seed: int
+
+    def __post_init__(self) -> None:
+        self.columns = {name: TokenColumns(data) for name, data in self.splits.items()}
+        self.train_sampler = TokenBatchSampler.for_columns(self.columns["train"], self.max_tokens,
+                                                           shuffle=True, seed=self.seed)
 
     def train_batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
         """The batches of ``epoch`` in training order, skipping the first ``start``."""
-        order = self.train_sampler.batches(epoch)[start:]
-        return make_batches(self.splits["train"], order)
+        return make_batches(self.columns["train"], self.train_sampler.batches(epoch)[start:])
 
     def eval_batches(self, split: str) -> Iterator[Batch]:
-        data = self.splits[split]
-        sampler = TokenBatchSampler(_lengths(data, "src_ids"), _lengths(data, "tgt_ids"),
-                                    self.max_tokens, shuffle=False, seed=0)
-        return make_batches(data, sampler.batches(0))
+        sampler = TokenBatchSampler.for_columns(self.columns[split], self.max_tokens, shuffle=False)
+        return make_batches(self.columns[split], sampler.batches(0))
 
     def texts(self, split: str, limit: int = 0) -> tuple[list[str], list[str]]:
         data = self.splits[split]
@@ -45,33 +47,12 @@ class PreparedCorpus:
         return list(data["src"]), list(data["tgt"])
 
 
-def _lengths(data, column: str) -> list[int]:
-    return [len(ids) for ids in data[column]]
-
-
 def prepare_run_corpus(cfg: RunConfig, output_dir: Path, quiet: bool = False) -> PreparedCorpus:
-    dc = cfg.data
-    if dc.toy_size:
-        raw = toy_corpus(n_train=dc.toy_size, seed=cfg.train.seed)
-        cfg.data.src, cfg.data.tgt = "en", "de"
-    else:
-        raw = load_corpus(dc)
-    cleaned, report = clean_corpus(raw, max_len=dc.max_len, max_len_ratio=dc.max_len_ratio)
-    log("corpus", quiet=quiet, **{f"{split}_pairs": len(cleaned[split]) for split in cleaned},
-        dropped=report)
-    tokenizer = load_or_train_tokenizer(
-        output_dir / "spm.model",
-        lambda: _training_text(cleaned),
-        vocab_size=dc.vocab_size, model_type=dc.sp_model_type, input_sentence_size=dc.sp_input_sentence_size,
-    )
-    encoded = encode_corpus(cleaned, tokenizer, num_proc=dc.num_proc)
-    train = encoded["train"]
-    sampler = TokenBatchSampler(_lengths(train, "src_ids"), _lengths(train, "tgt_ids"), dc.max_tokens,
-                                shuffle=True, seed=cfg.train.seed)
-    return PreparedCorpus(tokenizer, encoded, sampler, dc.max_tokens)
-
-
-def _training_text(splits: DatasetDict) -> Iterator[str]:
-    train = splits["train"]
-    yield from train["src"]
-    yield from train["tgt"]
+    """Tokenizer (``<output_dir>/spm.model``, reused if it matches) and the encoded corpus (cached
+    under ``data.cache_dir``, reused across runs with the same corpus, cleaning and tokenizer)."""
+    tokenizer, splits = prepare_data(cfg.data, output_dir / "spm.model", cfg.data.cache_dir)
+    if len(splits["train"]) == 0:
+        raise UserError("the training split is empty; check --data-dir / --train-file and the filters")
+    log("corpus", quiet=quiet, vocab=tokenizer.vocab_size,
+        **{f"{name}_pairs": len(data) for name, data in splits.items()})
+    return PreparedCorpus(tokenizer, splits, cfg.data.max_tokens, cfg.train.seed)

@@ -341,7 +341,6 @@ def train(cfg: RunConfig, resume: bool = False, quiet: bool = False, final_test:
 
 def test_best_checkpoint(trainer: Trainer, out: Path, beam_size: int = 5, plots: int = 3) -> dict[str, Any]:
     """Translate the test split with ``best.pt``; write test.hyp, score it, plot a few alignments."""
-    from .alignment import record_from_translation
     from .io_utils import atomic_output
     from .plotting import plot_records
 
@@ -353,7 +352,7 @@ def test_best_checkpoint(trainer: Trainer, out: Path, beam_size: int = 5, plots:
         handle.writelines(h.text + "\n" for h in hyps)
     scores = corpus_scores([h.text for h in hyps], references, ("bleu", "chrf"))
     examples = translator.translate(sources[:plots], beam_size=beam_size, need_attention=True)
-    plot_records([record_from_translation(i, t) for i, t in enumerate(examples)], out / "plots")
+    plot_records([t.alignment_record(i) for i, t in enumerate(examples)], out / "plots")
     log("test", beam=beam_size, **{name: round(s.score, 2) for name, s in scores.items()},
         hypotheses=out / "test.hyp", plots=out / "plots")
     return scores

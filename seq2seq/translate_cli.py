@@ -86,15 +86,15 @@ class _alignment_sink:
         return False
 
     def add(self, results: list[Translation], first_index: int) -> None:
-        from .alignment import record_from_translation
         from .plotting import plot_records
 
-        records = [record_from_translation(first_index + i, r) for i, r in enumerate(results)]
+        records = [r.alignment_record(first_index + i, self.layer, self.heads)
+                   for i, r in enumerate(results) if r.attention is not None]
         if self.writer is not None:
             for record in records:
                 self.writer.write(record)
         if self.args.plot_dir:
-            plot_records(records, self.args.plot_dir, layer=self.layer, heads=self.heads)
+            plot_records(records, self.args.plot_dir)
 
 
 def parse_layer(value: str) -> int | str:

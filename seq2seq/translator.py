@@ -55,6 +55,16 @@ class Translation:
 
         return aggregate(self.attention)
 
+    def alignment_record(self, index: int, layer: int | str = -2, heads: str | list[int] = "mean",
+                         include_eos: bool = False):
+        """This translation's attention as an ``AlignmentRecord`` (word merge, Pharaoh links)."""
+        from .alignment import AlignmentRecord
+
+        if self.attention is None:
+            raise ValueError("translate with need_attention=True to get alignments")
+        return AlignmentRecord.build(index, self.source, self.text, self.src_pieces, self.tgt_pieces,
+                                     self.attention, layer=layer, heads=heads, include_eos=include_eos)
+
 
 class Translator:
     def __init__(self, model: EncoderDecoder, tokenizer: Tokenizer, device: torch.device | str = "cpu",

@@ -17,7 +17,7 @@ def tiny_config(out: Path, arch: str = "transformer", **train_overrides) -> RunC
     cfg = RunConfig.from_dict({
         "model": {"arch": arch, "d_model": 32, "heads": 2, "ff_size": 64, "layers": 1, "embed_dim": 32,
                   "hidden_size": 32, "decoder_hidden_size": 48, "dropout": 0.1},
-        "data": {"toy_size": 300, "vocab_size": 120, "max_tokens": 400},
+        "data": {"toy_size": 300, "vocab_size": 120, "max_tokens": 400, "cache_dir": str(out.parent / "cache")},
         "train": {"max_steps": 12, "eval_every": 6, "warmup_steps": 5, "lr": 3e-3, "log_every": 3,
                   "eval_max_sentences": 10, "seed": 3, **train_overrides},
     })

@@ -1,0 +1,23 @@
+"""Model factory: the only place that knows the concrete architectures."""
+from __future__ import annotations
+
+from ..config import ModelConfig
+from ..errors import UserError
+from .base import EncoderDecoder, select_batch
+
+__all__ = ["EncoderDecoder", "build_model", "select_batch"]
+
+
+def build_model(cfg: ModelConfig) -> EncoderDecoder:
+    """Validate ``cfg`` and build the initialised model it describes."""
+    cfg.validate()
+    if cfg.vocab_size < 4:
+        raise UserError(f"model vocab_size must be >= 4 (pad, unk, bos, eos), got {cfg.vocab_size}; "
+                        "it is filled in from the tokenizer")
+    if cfg.arch == "rnn":
+        from .rnn import RNNEncoderDecoder
+
+        return RNNEncoderDecoder(cfg)
+    from .transformer import TransformerEncoderDecoder
+
+    return TransformerEncoderDecoder(cfg)

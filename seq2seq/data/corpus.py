@@ -1,0 +1,114 @@
+"""Pick the corpus a ``DataConfig`` names, load it, and fingerprint it cheaply for caches."""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Iterator
+
+from datasets import Dataset, DatasetDict
+
+from ..config import DataConfig
+from ..errors import UserError
+from ..toy import TOY_VERSION, toy_corpus
+from .cleaning import clean_corpus
+from .files import load_table_files, load_text_dir
+from .hub import load_hub
+
+log = logging.getLogger(__name__)
+
+PIPELINE_VERSION = 1  # bump when loading/cleaning changes what a corpus yields (invalidates caches)
+SOURCE_FLAGS = {"toy": "--toy-size", "files": "--train-file", "dir": "--data-dir", "hub": "--dataset"}
+
+
+def corpus_source(cfg: DataConfig) -> str:
+    """Which corpus ``cfg`` names: 'toy', 'files', 'dir' or 'hub' (exactly one must be given;
+    --train-file overrides --data-dir)."""
+    given = [kind for kind, on in (("toy", cfg.toy_size > 0), ("files", bool(cfg.train_file)),
+                                   ("dir", bool(cfg.data_dir)), ("hub", bool(cfg.dataset))) if on]
+    if "files" in given and "dir" in given:
+        log.warning("data: --train-file overrides --data-dir %s", cfg.data_dir)
+        given.remove("dir")
+    if (cfg.valid_file or cfg.test_file) and "files" not in given:
+        raise UserError("--valid-file / --test-file need --train-file")
+    if len(given) > 1:
+        raise UserError(f"give one corpus, not {' and '.join(SOURCE_FLAGS[k] for k in given)}")
+    if not given:
+        raise UserError(
+            "no corpus given: use --data-dir DIR ({split}.{lang} files), --train-file FILE "
+            "(.tsv/.jsonl), --dataset NAME (Hugging Face hub) or --toy-size N (built-in "
+            "English->German number words)"
+        )
+    return given[0]
+
+
+def _text_splits(cfg: DataConfig) -> dict[str, str]:
+    return {"train": cfg.train_split, "validation": cfg.valid_split, "test": cfg.test_split}
+
+
+def _explicit_hub_splits(cfg: DataConfig) -> dict[str, str]:
+    """Split names the user changed from the defaults (those must exist on the hub)."""
+    defaults = _text_splits(DataConfig())
+    return {split: name for split, name in _text_splits(cfg).items() if name != defaults[split]}
+
+
+def toy_eval_size(toy_size: int) -> int:
+    """Validation and test size of the toy corpus: 10% of train, at least 10, at most 500."""
+    return min(500, max(10, toy_size // 10))
+
+
+def load_corpus(cfg: DataConfig) -> DatasetDict:
+    """The raw (uncleaned) corpus named by ``cfg``: splits train/validation/test, columns src/tgt."""
+    kind = corpus_source(cfg)
+    if kind == "toy":
+        n_eval = toy_eval_size(cfg.toy_size)
+        return toy_corpus(n_train=cfg.toy_size, n_valid=n_eval, n_test=n_eval)
+    if kind == "files":
+        return load_table_files(cfg.train_file, cfg.valid_file, cfg.test_file, cfg.src, cfg.tgt)
+    if kind == "dir":
+        return load_text_dir(cfg.data_dir, cfg.src, cfg.tgt, _text_splits(cfg))
+    return load_hub(cfg.dataset, cfg.dataset_config, cfg.src, cfg.tgt,
+                    split_names=_explicit_hub_splits(cfg))
+
+
+def load_clean_corpus(cfg: DataConfig) -> tuple[DatasetDict, dict]:
+    """``load_corpus`` then ``clean_corpus`` with the config's filters; returns (corpus, stats)."""
+    return clean_corpus(load_corpus(cfg), cfg.max_len, cfg.max_len_ratio)
+
+
+def _file_stat(path: Path) -> list | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
+
+
+def corpus_fingerprint(cfg: DataConfig) -> str:
+    """A cheap sha256 identifying the cleaned corpus: source (file paths, sizes and mtimes; hub
+    name and config; toy size), languages, split names and cleaning settings. File contents are
+    not read; a hub dataset updated upstream under the same name is not detected."""
+    kind = corpus_source(cfg)
+    if kind == "toy":
+        source = {"toy_size": cfg.toy_size, "toy_version": TOY_VERSION}
+    elif kind == "files":
+        source = {"files": [_file_stat(Path(f)) if f else None
+                            for f in (cfg.train_file, cfg.valid_file, cfg.test_file)]}
+    elif kind == "dir":
+        source = {"dir": [_file_stat(Path(cfg.data_dir) / f"{stem}.{lang}")
+                          for stem in _text_splits(cfg).values() for lang in (cfg.src, cfg.tgt)]}
+    else:
+        source = {"hub": [cfg.dataset, cfg.dataset_config], "splits": _explicit_hub_splits(cfg)}
+    settings = {"kind": kind, "source": source, "src": cfg.src, "tgt": cfg.tgt,
+                "splits": _text_splits(cfg), "max_len": cfg.max_len,
+                "max_len_ratio": cfg.max_len_ratio, "version": PIPELINE_VERSION}
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
+def corpus_texts(dataset: Dataset, batch_size: int = 10_000) -> Iterator[str]:
+    """Source and target sentences of ``dataset`` as one stream (joint tokenizer training)."""
+    for batch in dataset.iter(batch_size=batch_size):
+        yield from batch["src"]
+        yield from batch["tgt"]
+

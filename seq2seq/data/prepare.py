@@ -1,0 +1,125 @@
+"""Tokenize a corpus once and cache it as memory-mapped Arrow; training never tokenizes per step."""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from datasets import Dataset, DatasetDict, load_from_disk
+
+from ..config import DataConfig
+from ..tokenizer import EOS_ID, Tokenizer, load_or_train_tokenizer
+from .corpus import corpus_fingerprint, corpus_texts, load_clean_corpus
+from .schema import ENCODED_FEATURES, SPLITS
+
+log = logging.getLogger(__name__)
+
+ENCODING_VERSION = 1  # bump when encode_corpus changes its output
+
+
+def _encode(batch: dict, tokenizer: Tokenizer) -> dict:
+    return {
+        "src_ids": [ids + [EOS_ID] for ids in tokenizer.encode_batch(batch["src"])],
+        "tgt_ids": tokenizer.encode_batch(batch["tgt"]),
+    }
+
+
+def encode_corpus(dd: DatasetDict, tokenizer: Tokenizer, num_proc: int = 1) -> DatasetDict:
+    """Add ``src_ids`` (pieces + EOS) and ``tgt_ids`` (pieces only; collate adds BOS/EOS).
+
+    Uses ``Dataset.map``, so datasets backed by Arrow files are cached by ``datasets`` itself.
+    """
+    out = {}
+    for split, dataset in dd.items():
+        if len(dataset) == 0:  # Dataset.map skips empty datasets and would not add the columns
+            out[split] = _empty_encoded()
+            continue
+        procs = num_proc if num_proc > 1 and len(dataset) >= 1000 * num_proc else None
+        out[split] = dataset.map(_encode, batched=True, batch_size=1000, num_proc=procs,
+                                 fn_kwargs={"tokenizer": tokenizer}, features=ENCODED_FEATURES,
+                                 desc=f"Encoding {split}")
+    return DatasetDict(out)
+
+
+def _empty_encoded() -> Dataset:
+    return Dataset.from_dict({name: [] for name in ENCODED_FEATURES}, features=ENCODED_FEATURES)
+
+
+def _load_cached(path: Path) -> DatasetDict:
+    """``load_from_disk``, restoring the empty splits (``datasets`` cannot save empty ones)."""
+    dd = load_from_disk(str(path))
+    return DatasetDict({**{split: _empty_encoded() for split in SPLITS}, **dd})
+
+
+def cache_key(cfg: DataConfig, tokenizer: Tokenizer) -> str:
+    """Fingerprint of (corpus source, cleaning settings, tokenizer model bytes, encoding version)."""
+    parts = {"corpus": corpus_fingerprint(cfg), "tokenizer": tokenizer.sha256(), "version": ENCODING_VERSION}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def prepare_corpus(
+    cfg: DataConfig,
+    tokenizer: Tokenizer,
+    cache_dir: str | Path,
+    corpus: DatasetDict | None = None,
+    stats: dict | None = None,
+) -> DatasetDict:
+    """The encoded corpus, from ``cache_dir/corpus-<key>`` if present, else built and saved there.
+
+    ``corpus`` (and its cleaning ``stats``) may pass the already cleaned corpus for ``cfg`` to avoid
+    loading it twice. The cleaning stats are kept in ``seq2seq.json`` in the cache. The cache
+    is written to a temporary directory and renamed into place, so it is complete or absent.
+    """
+    cache_dir = Path(cache_dir)
+    target = cache_dir / f"corpus-{cache_key(cfg, tokenizer)}"
+    if target.is_dir():
+        log.info("data: reusing encoded corpus %s", target)
+        return _load_cached(target)
+    if corpus is None:
+        corpus, stats = load_clean_corpus(cfg)
+    encoded = encode_corpus(corpus, tokenizer, cfg.num_proc)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=cache_dir, prefix=f".{target.name}."))
+    try:
+        DatasetDict({split: ds for split, ds in encoded.items() if len(ds)}).save_to_disk(str(tmp))
+        info = {"corpus_fingerprint": corpus_fingerprint(cfg), "tokenizer_sha256": tokenizer.sha256(),
+                "cleaning": stats, "rows": {split: len(ds) for split, ds in encoded.items()}}
+        (tmp / "seq2seq.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not target.is_dir():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)  # another process finished first: use theirs
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info("data: encoded corpus saved to %s (%s)", target,
+             ", ".join(f"{split} {len(ds)}" for split, ds in encoded.items()))
+    return _load_cached(target)
+
+
+def prepare_data(
+    cfg: DataConfig, tokenizer_path: str | Path, cache_dir: str | Path
+) -> tuple[Tokenizer, DatasetDict]:
+    """Tokenizer (reused or trained on the cleaned training split) and the encoded corpus.
+
+    The corpus is loaded at most once, and not at all when both tokenizer and cache are reusable.
+    """
+    loaded: list[tuple[DatasetDict, dict]] = []
+
+    def train_texts():
+        if not loaded:
+            loaded.append(load_clean_corpus(cfg))
+        return corpus_texts(loaded[0][0]["train"])
+
+    tokenizer = load_or_train_tokenizer(
+        tokenizer_path, train_texts, cfg.vocab_size, cfg.sp_model_type, cfg.sp_input_sentence_size,
+        data_fingerprint=corpus_fingerprint(cfg),
+    )
+    corpus, stats = loaded[0] if loaded else (None, None)
+    return tokenizer, prepare_corpus(cfg, tokenizer, cache_dir, corpus=corpus, stats=stats)

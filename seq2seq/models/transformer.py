@@ -1,0 +1,199 @@
+"""Transformer encoder-decoder (Vaswani et al. 2017) on ``MultiHeadAttention``.
+
+Pre-norm (``norm_first``): x = x + Dropout(Sublayer(LN(x))), with a final LayerNorm after each
+stack; post-norm: x = LN(x + Dropout(Sublayer(x))). Inputs are E[y] * sqrt(d_model) + PE(pos).
+Cross-attention keys/values of every decoder layer are projected once in ``encode``; generation
+keeps a self-attention key/value cache per layer in ``state`` (batch-first), so each
+``decode_step`` costs one position. Teacher-forced ``forward`` uses the fused attention kernel
+unless attention weights are asked for.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..attention import MultiHeadAttention
+from ..config import ModelConfig
+from ..errors import UserError
+from .base import EncoderDecoder
+
+KV = tuple[torch.Tensor, torch.Tensor]  # projected keys, values: (B, heads, T, d_k) each
+
+
+def sinusoidal(start: int, length: int, d_model: int, device: torch.device | None = None) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)) -> (length, d)."""
+    pos = torch.arange(start, start + length, device=device, dtype=torch.float32).unsqueeze(1)
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, device=device) * (-math.log(10000.0) / d_model))
+    angles = pos * inv_freq  # (length, ceil(d / 2))
+    pe = torch.zeros(length, d_model, device=device)
+    pe[:, 0::2] = torch.sin(angles)
+    pe[:, 1::2] = torch.cos(angles[:, : d_model // 2])
+    return pe
+
+
+class Embedder(nn.Module):
+    """Token embedding * sqrt(d_model) + positional encoding (sinusoidal or learned), then dropout."""
+
+    def __init__(self, tokens: nn.Embedding, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.tokens, self.d_model, self.max_positions = tokens, cfg.d_model, cfg.max_positions
+        self.positions = nn.Embedding(cfg.max_positions, cfg.d_model) if cfg.positional == "learned" else None
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """ids (B, T) at positions start .. start + T - 1 -> (B, T, d_model)."""
+        length = ids.size(1)
+        if self.positions is None:
+            pe = sinusoidal(start, length, self.d_model, ids.device)
+        elif start + length > self.max_positions:
+            raise UserError(
+                f"sequence of {start + length} positions exceeds --max-positions {self.max_positions} "
+                "(learned positions); shorten the input or retrain with a larger --max-positions"
+            )
+        else:
+            pe = self.positions.weight[start : start + length]
+        return self.dropout(self.tokens(ids) * math.sqrt(self.d_model) + pe)
+
+
+class Residual(nn.Module):
+    """Pre-norm: x + Dropout(f(LN(x))); post-norm: LN(x + Dropout(f(x))). Splits into pre/post."""
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
+        super().__init__()
+        self.norm, self.dropout, self.norm_first = nn.LayerNorm(d_model), nn.Dropout(dropout), norm_first
+
+    def pre(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x) if self.norm_first else x
+
+    def post(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        out = x + self.dropout(y)
+        return out if self.norm_first else self.norm(out)
+
+
+def feed_forward(cfg: ModelConfig) -> nn.Sequential:
+    """FFN(x) = W_2 Dropout(ReLU(W_1 x + b_1)) + b_2."""
+    return nn.Sequential(nn.Linear(cfg.d_model, cfg.ff_size), nn.ReLU(), nn.Dropout(cfg.dropout),
+                         nn.Linear(cfg.ff_size, cfg.d_model))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.dropout)
+        self.ff = feed_forward(cfg)
+        self.res_attn, self.res_ff = (Residual(cfg.d_model, cfg.dropout, cfg.norm_first) for _ in range(2))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """x (B, S, D); mask (B, 1, 1, S) True = real token."""
+        h = self.res_attn.pre(x)
+        x = self.res_attn.post(x, self.self_attn(h, h, h, mask)[0])
+        return self.res_ff.post(x, self.ff(self.res_ff.pre(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.dropout)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.dropout)
+        self.ff = feed_forward(cfg)
+        self.res_self, self.res_cross, self.res_ff = (
+            Residual(cfg.d_model, cfg.dropout, cfg.norm_first) for _ in range(3))
+
+    def forward(
+        self, x: torch.Tensor, cross_kv: KV, src_mask: torch.Tensor, cache: KV | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, KV | None, torch.Tensor | None]:
+        """x (B, T, D). Without ``cache``: causal self-attention over x itself (teacher forcing).
+        With ``cache`` (keys/values of earlier positions): x holds the next position (T = 1); returns
+        the extended cache. Also returns cross-attention weights (B, heads, T, S) if asked."""
+        h = self.res_self.pre(x)
+        if cache is None:
+            a, _ = self.self_attn(h, h, h, is_causal=True)
+        else:
+            k, v = self.self_attn.project_kv(h)  # (B, heads, T, d_k)
+            cache = (torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2))
+            a, _ = self.self_attn(h, kv_cache=cache)  # new positions come after all cached ones
+        x = self.res_self.post(x, a)
+        a, weights = self.cross_attn(self.res_cross.pre(x), mask=src_mask, need_weights=need_weights,
+                                     kv_cache=cross_kv)
+        x = self.res_cross.post(x, a)
+        return self.res_ff.post(x, self.ff(self.res_ff.pre(x))), cache, weights
+
+
+class TransformerEncoderDecoder(EncoderDecoder):
+    """Encoder-decoder Transformer returning cross-attention of every decoder layer and head."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.attention_layers, self.attention_heads = cfg.layers, cfg.heads
+        #: decoder positions available (BOS included); None = unbounded (sinusoidal)
+        self.max_positions = cfg.max_positions if cfg.positional == "learned" else None
+        embed_tgt = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=0)
+        embed_src = embed_tgt if cfg.tie_embeddings else nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=0)
+        self.src_embed, self.tgt_embed = Embedder(embed_src, cfg), Embedder(embed_tgt, cfg)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.layers))
+        self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.reset_parameters()
+        if cfg.tie_embeddings:
+            self.generator.weight = embed_tgt.weight
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform linear weights, zero biases; embeddings and learned positions
+        N(0, 1/d_model) (times sqrt(d_model) at the input), pad row zero."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        for module in self.modules():  # after the linears: a tied generator shares this weight
+            if isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, std=self.cfg.d_model ** -0.5)
+                if module.padding_idx is not None:
+                    with torch.no_grad():
+                        module.weight[module.padding_idx].zero_()
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> dict:
+        mask = src_mask[:, None, None, :]  # (B, 1, 1, S)
+        x = self.src_embed(src)  # (B, S, D)
+        for layer in self.encoder:
+            x = layer(x, mask)
+        x = self.enc_norm(x)
+        cross_kv = [layer.cross_attn.project_kv(x) for layer in self.decoder]  # once per sentence
+        return {"src_mask": src_mask, "cross_kv": cross_kv}
+
+    def init_state(self, memory: dict) -> dict:
+        k = memory["cross_kv"][0][0]  # (B, heads, S, d_k)
+        empty = k.new_zeros(k.size(0), k.size(1), 0, k.size(3))  # (B, heads, 0, d_k)
+        return {"self_kv": [(empty, empty) for _ in self.decoder]}
+
+    def _decode(self, memory: dict, x: torch.Tensor, caches: list | None, need_attention: bool):
+        """Run the decoder stack on embedded x (B, T, D) -> logits (B, T, V), caches, weights."""
+        mask = memory["src_mask"][:, None, None, :]  # (B, 1, 1, S)
+        new_caches, weights = [], []
+        for i, layer in enumerate(self.decoder):
+            cache = None if caches is None else caches[i]
+            x, cache, w = layer(x, memory["cross_kv"][i], mask, cache, need_attention)
+            new_caches.append(cache), weights.append(w)
+        logits = self.generator(self.dec_norm(x))
+        return logits, new_caches, torch.stack(weights, 1) if need_attention else None  # (B, L, H, T, S)
+
+    def decode_step(
+        self, memory: dict, state: dict, tokens: torch.Tensor, need_attention: bool = True
+    ) -> tuple[torch.Tensor, dict, torch.Tensor | None]:
+        step = state["self_kv"][0][0].size(2)  # number of positions already decoded
+        x = self.tgt_embed(tokens.unsqueeze(1), start=step)  # (B, 1, D)
+        logits, caches, weights = self._decode(memory, x, state["self_kv"], need_attention)
+        return logits[:, 0], {"self_kv": caches}, weights[:, :, :, 0] if need_attention else None
+
+    def forward(
+        self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, need_attention: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        memory = self.encode(src, src_mask)
+        logits, _, weights = self._decode(memory, self.tgt_embed(tgt_in), None, need_attention)
+        return logits, weights

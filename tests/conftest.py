@@ -1,0 +1,31 @@
+"""Shared fixtures: a tiny parallel corpus and a SentencePiece model trained on it (fast)."""
+from __future__ import annotations
+
+import pytest
+
+from seq2seq.tokenizer import Tokenizer
+from seq2seq.toy import toy_corpus
+
+TINY_TEXTS = [
+    "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
+    "Two young, white males are outside near many bushes.",
+    "Ein Mädchen (7 Jahre alt) läuft über die Straße!",
+    "A girl (7 years old) runs across the street!",
+    "Größere Hunde spielen am Fluss; 3 Kinder schauen zu.",
+    "Bigger dogs play by the river; 3 children watch.",
+    "Der Preis beträgt 12,50 Euro – oder 15 Dollar?",
+    "The price is 12.50 euros - or 15 dollars?",
+]
+
+
+@pytest.fixture(scope="session")
+def toy_dd():
+    """A small toy corpus (English -> German number words)."""
+    return toy_corpus(n_train=300, n_valid=20, n_test=20, seed=3)
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(toy_dd) -> Tokenizer:
+    """A joint model over the toy corpus plus a few German/English sentences."""
+    texts = list(toy_dd["train"]["src"]) + list(toy_dd["train"]["tgt"]) + TINY_TEXTS * 5
+    return Tokenizer.train(texts, vocab_size=200, model_type="unigram")

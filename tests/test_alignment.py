@@ -1,0 +1,279 @@
+"""Alignment library: word merge, EOS handling, layer choice, hard links, Pharaoh, AER, export."""
+import json
+
+import numpy as np
+import pytest
+
+from seq2seq.alignment import (
+    AlignmentRecord,
+    AlignmentWriter,
+    aggregate,
+    alignment_error_rate,
+    argmax_alignment,
+    drop_eos,
+    grow_diag_final,
+    intersect_alignments,
+    links_to_words,
+    merge_to_words,
+    parse_pharaoh,
+    read_pharaoh_file,
+    threshold_alignment,
+    to_pharaoh,
+    transpose_links,
+    word_spans,
+    words_from_pieces,
+)
+from seq2seq.errors import UserError
+
+SRC = ["▁Ein", "▁Hund", "e", "▁läuft"]
+TGT = ["▁A", "▁do", "g", "▁runs"]
+
+
+def random_attention(rng, layers, heads, tgt, src):
+    a = rng.random((layers, heads, tgt, src)) + 0.01
+    return (a / a.sum(-1, keepdims=True)).astype(np.float32)  # (L, H, T, S), rows sum to 1
+
+
+# ----------------------------------------------------------------------------- words
+
+
+def test_word_spans_and_words():
+    assert word_spans(SRC) == [(0, 1), (1, 3), (3, 4)]
+    assert words_from_pieces(SRC) == ["Ein", "Hunde", "läuft"]
+    # a leading piece without '▁' starts a word; specials are words of their own
+    assert word_spans(["Hal", "lo", "▁Welt", "</s>"]) == [(0, 2), (2, 3), (3, 4)]
+    assert words_from_pieces(["Hal", "lo", "</s>"]) == ["Hallo", "</s>"]
+    assert word_spans([]) == [] and words_from_pieces([]) == []
+
+
+def test_merge_to_words_hand_example():
+    m = np.array([
+        [0.7, 0.1, 0.1, 0.1],  # ▁A
+        [0.1, 0.5, 0.3, 0.1],  # ▁do
+        [0.3, 0.4, 0.2, 0.1],  # g
+        [0.0, 0.1, 0.1, 0.8],  # ▁runs
+    ])
+    # source: sum columns ▁Hund+e -> ▁A [.7 .2 .1], ▁do [.1 .8 .1], g [.3 .6 .1], ▁runs [0 .2 .8]
+    # target: average rows ▁do,g -> dog [(.1+.3)/2, (.8+.6)/2, (.1+.1)/2] = [.2 .7 .1]
+    expected = np.array([[0.7, 0.2, 0.1], [0.2, 0.7, 0.1], [0.0, 0.2, 0.8]])
+    np.testing.assert_allclose(merge_to_words(m, SRC, TGT), expected, atol=1e-12)
+    # leading dims are carried along
+    stacked = merge_to_words(np.stack([m, m])[None], SRC, TGT)
+    assert stacked.shape == (1, 2, 3, 3)
+    np.testing.assert_allclose(stacked[0, 1], expected, atol=1e-12)
+    with pytest.raises(ValueError):
+        merge_to_words(m[:, :3], SRC, TGT)
+
+
+def test_links_to_words():
+    # piece links: e(2)->do(1), ▁Hund(1)->g(2), ▁läuft(3)->▁runs(3)
+    assert links_to_words({(2, 1), (1, 2), (3, 3)}, SRC, TGT) == {(1, 1), (2, 2)}
+
+
+def test_drop_eos_raw_and_renormalized():
+    m = np.array([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8], [0.2, 0.2, 0.6]])  # last row/col = EOS
+    raw = drop_eos(m)
+    np.testing.assert_allclose(raw, [[0.5, 0.3], [0.1, 0.1]])
+    np.testing.assert_allclose(drop_eos(m, renormalize=True), [[0.625, 0.375], [0.5, 0.5]])
+    assert drop_eos(m, keep_src_eos=True).shape == (2, 3)
+    assert drop_eos(m, keep_tgt_eos=True).shape == (3, 2)
+    assert drop_eos(np.ones((1, 1))).shape == (0, 0)  # empty translation of an empty source
+
+
+# ----------------------------------------------------------------------------- aggregate
+
+
+def test_aggregate_layer_and_heads():
+    a = random_attention(np.random.default_rng(0), 3, 2, 4, 5)
+    np.testing.assert_allclose(aggregate(a), a[1].mean(0), rtol=1e-6)  # penultimate, mean heads
+    np.testing.assert_allclose(aggregate(a, layer=0, heads=[1]), a[0, 1])
+    np.testing.assert_allclose(aggregate(a, layer=-1, heads=1), a[2, 1])
+    np.testing.assert_allclose(aggregate(a, layer="all"), a.mean((0, 1)), rtol=1e-6)
+    np.testing.assert_allclose(aggregate(a).sum(-1), 1.0, rtol=1e-5)
+    with pytest.raises(UserError, match="3 decoder layer"):
+        aggregate(a, layer=3)
+    with pytest.raises(UserError, match="2 head"):
+        aggregate(a, heads=[2])
+
+
+def test_aggregate_single_layer_falls_back():
+    a = random_attention(np.random.default_rng(1), 1, 1, 3, 4)  # an RNN
+    np.testing.assert_allclose(aggregate(a, layer=-2), a[0, 0])
+    rec = AlignmentRecord.build(0, "s", "t", ["▁a", "▁b", "▁c"], ["▁x", "▁y"], a)
+    assert rec.layer == -2 and rec.layer_used == 0
+
+
+# ----------------------------------------------------------------------------- hard links
+
+
+def test_argmax_threshold_intersection():
+    m = np.array([[0.6, 0.3, 0.1], [0.1, 0.45, 0.45], [0.0, 0.0, 0.0]])
+    assert argmax_alignment(m) == {(0, 0), (1, 1)}  # ties -> first; all-zero row -> no link
+    assert threshold_alignment(m, 0.3) == {(0, 0), (1, 0), (1, 1), (2, 1)}
+    assert argmax_alignment(np.zeros((2, 0))) == set()
+    assert argmax_alignment(np.zeros((0, 3))) == set()
+    # the backward model's matrix is (src rows, tgt cols): its argmax links come out (tgt, src)
+    backward = transpose_links(argmax_alignment(m.T))  # m.T rows = our source words
+    assert backward == {(0, 0), (1, 1), (2, 1)}
+    assert intersect_alignments({(0, 0), (1, 1)}, backward) == {(0, 0), (1, 1)}
+
+
+def test_grow_diag_final():
+    forward = {(0, 0), (1, 1), (2, 2)}
+    backward = {(0, 0), (1, 1), (2, 1), (3, 3)}
+    # intersection {(0,0),(1,1)}; (2,2)/(2,1) neighbour (1,1) and cover unaligned src 2;
+    # (3,3) is a neighbour of (2,2) whose words are both unaligned
+    assert grow_diag_final(forward, backward) == {(0, 0), (1, 1), (2, 1), (2, 2), (3, 3)}
+
+
+# ----------------------------------------------------------------------------- Pharaoh
+
+
+def test_pharaoh_round_trip():
+    links = {(2, 0), (0, 0), (1, 3), (10, 2)}
+    line = to_pharaoh(links)
+    assert line == "0-0 1-3 2-0 10-2"
+    sure, possible = parse_pharaoh(line)
+    assert sure == links and possible == links
+    line = to_pharaoh({(0, 0)}, possible={(1, 1), (0, 0)})
+    assert line == "0-0 1?1"
+    assert parse_pharaoh(line) == ({(0, 0)}, {(0, 0), (1, 1)})
+    assert to_pharaoh(set()) == "" and parse_pharaoh("  \n") == (set(), set())
+
+
+def test_pharaoh_possible_and_sure_markers():
+    sure, possible = parse_pharaoh("0-1 2?3 4-5-P 6-7-S\n")
+    assert sure == {(0, 1), (6, 7)}
+    assert possible == {(0, 1), (2, 3), (4, 5), (6, 7)}  # possible includes sure
+
+
+@pytest.mark.parametrize("bad", ["0-x", "1-2-3", "0:1", "-1-2", "1?", "1-2-Q"])
+def test_pharaoh_bad_token(bad):
+    with pytest.raises(UserError, match="bad alignment token") as err:
+        parse_pharaoh(f"0-0 {bad}")
+    assert f"0-0 {bad}" in str(err.value)
+
+
+def test_read_pharaoh_file(tmp_path):
+    path = tmp_path / "gold.talp"
+    path.write_text("0-0 1?1\n\n2-2-S\n", encoding="utf-8")
+    sure, possible = read_pharaoh_file(path)
+    assert sure == [{(0, 0)}, set(), {(2, 2)}]
+    assert possible == [{(0, 0), (1, 1)}, set(), {(2, 2)}]
+    path.write_text("0-0\n1_1\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"gold.talp, line 2: .*'1_1'"):
+        read_pharaoh_file(path)
+    with pytest.raises(UserError, match="not found"):
+        read_pharaoh_file(tmp_path / "missing.txt")
+
+
+# ----------------------------------------------------------------------------- AER
+
+
+def test_aer_hand_computed():
+    # sentence 1: S = {0-0, 1-1}, P = S + {2-1}, A = {0-0, 2-1, 2-2}
+    #   |A| = 3, |S| = 2, |A∩S| = 1 (0-0), |A∩P| = 2 (0-0, 2-1)
+    #   precision 2/3, recall 1/2, AER = 1 - (1 + 2) / (3 + 2) = 0.4
+    sure1, poss1 = {(0, 0), (1, 1)}, {(2, 1)}  # possible given without the sure links
+    pred1 = {(0, 0), (2, 1), (2, 2)}
+    one = alignment_error_rate([pred1], [sure1], [poss1])
+    assert (one.precision, one.recall) == pytest.approx((2 / 3, 1 / 2))
+    assert one.aer == pytest.approx(0.4)
+    # sentence 2: S = P = A = {0-0}. Corpus sums: |A| = 4, |S| = 3, |A∩S| = 2, |A∩P| = 3
+    #   precision 3/4, recall 2/3, AER = 1 - 5/7 = 2/7
+    both = alignment_error_rate([pred1, {(0, 0)}], [sure1, {(0, 0)}], [poss1, {(0, 0)}])
+    assert (both.precision, both.recall, both.aer) == pytest.approx((3 / 4, 2 / 3, 2 / 7))
+    assert (both.predicted, both.sure, both.predicted_sure, both.predicted_possible) == (4, 3, 2, 3)
+    assert both.sentences == 2
+
+
+def test_aer_edge_cases():
+    nothing = alignment_error_rate([set()], [set()], [set()])
+    assert (nothing.precision, nothing.recall, nothing.aer) == (1.0, 1.0, 0.0)
+    missed = alignment_error_rate([set()], [{(0, 0)}])
+    assert (missed.precision, missed.recall, missed.aer) == (1.0, 0.0, 1.0)
+    perfect = alignment_error_rate([{(0, 0), (1, 1)}], [{(0, 0), (1, 1)}])
+    assert perfect.aer == 0.0
+    with pytest.raises(UserError, match="one line per sentence"):
+        alignment_error_rate([set(), set()], [set()])
+
+
+# ----------------------------------------------------------------------------- records/export
+
+
+def test_record_sums_eos_and_padding():
+    rng = np.random.default_rng(2)
+    attn = random_attention(rng, 2, 3, 5, 5)  # 4 target pieces + EOS, 4 source pieces + EOS
+    padded = np.zeros((2, 3, 7, 8), np.float32)
+    padded[:, :, :5, :5] = attn
+    rec = AlignmentRecord.build(0, "Ein Hunde läuft", "A dog runs", SRC, TGT + ["</s>"], padded,
+                                include_eos=True)
+    assert rec.attention.shape == (2, 3, 5, 5)  # padding trimmed
+    assert rec.src_pieces[-1] == "</s>" and rec.tgt_words == ["A", "dog", "runs", "</s>"]
+    np.testing.assert_allclose(rec.subword.sum(-1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(rec.words.sum(-1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(rec.word_attention().sum(-1), 1.0, rtol=1e-5)
+    assert rec.words.shape == (4, 4)
+    plain = AlignmentRecord.build(0, "s", "t", SRC, TGT, padded)
+    assert plain.subword.shape == (4, 4) and plain.words.shape == (3, 3)
+    assert plain.word_attention().shape == (2, 3, 3, 3)
+    assert "</s>" not in plain.src_words + plain.tgt_pieces
+    # EOS never appears as an alignment point: indices stay below the word counts
+    links = parse_pharaoh(plain.pharaoh_word)[0]
+    assert len(links) == 3 and all(i < 3 and j < 3 for i, j in links)
+    with pytest.raises(ValueError, match="does not cover"):
+        AlignmentRecord.build(0, "s", "t", SRC + ["▁x"] * 4, TGT, attn)
+
+
+def test_record_threshold_renormalizes():
+    attn = np.zeros((1, 1, 2, 3), np.float32)  # 1 target word + EOS; 2 source words + EOS
+    attn[0, 0, 0] = [0.2, 0.2, 0.6]  # most weight on EOS: renormalized 0.5/0.5 >= 0.4
+    attn[0, 0, 1] = [0.0, 0.0, 1.0]
+    rec = AlignmentRecord.build(0, "a b", "x", ["▁a", "▁b"], ["▁x"], attn,
+                                method="threshold", threshold=0.4)
+    assert rec.pharaoh_word == "0-0 1-0"
+    np.testing.assert_allclose(rec.words, [[0.2, 0.2]])  # exported weights stay raw
+
+
+def _write_two(writer, rng):
+    writer.add(0, "Ein Hunde läuft", "A dog runs", SRC, TGT, random_attention(rng, 2, 4, 5, 5))
+    # an empty translation: only the EOS row
+    writer.add(7, "Ein Hunde läuft", "", SRC, [], random_attention(rng, 2, 4, 1, 5))
+
+
+def test_writer_jsonl_and_npz(tmp_path):
+    rng = np.random.default_rng(3)
+    jsonl, npz = tmp_path / "out" / "align.jsonl", tmp_path / "out" / "align.npz"
+    with AlignmentWriter(jsonl, npz, heads=[0, 2]) as writer:
+        _write_two(writer, rng)
+    lines = [json.loads(line) for line in jsonl.read_text(encoding="utf-8").splitlines()]
+    assert [r["index"] for r in lines] == [0, 7]
+    first, empty = lines
+    assert first["src_words"] == ["Ein", "Hunde", "läuft"] and first["tgt_pieces"] == TGT
+    assert np.array(first["word_matrix"]).shape == (3, 3) == tuple(first["word_shape"])
+    assert np.array(first["subword_matrix"]).shape == (4, 4)
+    assert first["attention_shape"] == [2, 4, 5, 5]
+    assert first["layer"] == -2 and first["layer_used"] == 0 and first["heads"] == [0, 2]
+    assert len(parse_pharaoh(first["pharaoh_subword"])[0]) == 4
+    assert all(v == round(v, 4) for row in first["word_matrix"] for v in row)
+    assert empty["word_matrix"] == [] and empty["word_shape"] == [0, 3]
+    assert empty["pharaoh_word"] == ""
+    with np.load(npz, allow_pickle=False) as arrays:
+        assert arrays["s0_attention"].shape == (2, 4, 5, 5)
+        assert arrays["s0_word_attention"].shape == (2, 4, 3, 3)
+        assert arrays["s0_subword"].shape == (4, 4) and arrays["s0_words"].shape == (3, 3)
+        assert list(arrays["s0_tgt_pieces"]) == TGT
+        assert arrays["s7_attention"].shape == (2, 4, 1, 5)
+        assert arrays["s7_words"].shape == (0, 3) and arrays["s7_tgt_pieces"].shape == (0,)
+        meta = json.loads(str(arrays["meta"]))
+    assert meta["sentences"] == 2 and meta["indices"] == [0, 7] and meta["heads"] == [0, 2]
+    assert sorted(p.name for p in jsonl.parent.iterdir()) == ["align.jsonl", "align.npz"]
+
+
+def test_writer_leaves_nothing_on_error(tmp_path):
+    jsonl, npz = tmp_path / "align.jsonl", tmp_path / "align.npz"
+    with pytest.raises(RuntimeError, match="interrupted"):
+        with AlignmentWriter(jsonl, npz) as writer:
+            _write_two(writer, np.random.default_rng(4))
+            raise RuntimeError("interrupted")
+    assert list(tmp_path.iterdir()) == []

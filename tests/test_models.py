@@ -1,0 +1,177 @@
+"""Models: each decoder learns a tiny task; incremental decoding equals teacher forcing; no state."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from seq2seq.config import ModelConfig
+from seq2seq.errors import UserError
+from seq2seq.models import build_model
+from seq2seq.search import greedy_search
+
+PAD, BOS, EOS = 0, 2, 3
+VOCAB = 12  # 4 specials + 8 symbols
+
+RNN = dict(arch="rnn", embed_dim=32, hidden_size=32, decoder_hidden_size=64)
+TRANSFORMER = dict(arch="transformer", d_model=32, heads=4, ff_size=64, layers=2)
+VARIANTS = {
+    "bahdanau": dict(RNN, attention="bahdanau"),
+    "luong-dot": dict(RNN, attention="luong-dot"),
+    "luong-general": dict(RNN, attention="luong-general"),
+    "luong-concat": dict(RNN, attention="luong-concat"),
+    "transformer-pre": dict(TRANSFORMER, norm_first=True),
+    "transformer-post": dict(TRANSFORMER, norm_first=False),
+    "transformer-learned": dict(TRANSFORMER, positional="learned", max_positions=16),
+}
+EXTRA = {  # only for the exactness tests
+    "bahdanau-lstm-2layer": dict(RNN, attention="bahdanau", rnn_cell="lstm", decoder_layers=2, encoder_layers=2),
+    "luong-no-feeding": dict(RNN, attention="luong-general", input_feeding=False),
+    "luong-dot-lstm-no-feeding": dict(RNN, attention="luong-dot", rnn_cell="lstm", input_feeding=False,
+                                      hidden_size=16, decoder_hidden_size=24),
+    "luong-untied": dict(RNN, attention="luong-concat", tie_embeddings=False, decoder_layers=2),
+    "transformer-untied": dict(TRANSFORMER, tie_embeddings=False),
+}
+
+
+def make_model(variant: str, dropout: float = 0.0, seed: int = 0):
+    torch.manual_seed(seed)
+    options = {**VARIANTS, **EXTRA}[variant]
+    return build_model(ModelConfig(vocab_size=VOCAB, dropout=dropout, **options))
+
+
+def reverse_batch(n: int, generator: torch.Generator, min_len: int = 3, max_len: int = 6):
+    """Source: symbols + EOS, right-padded; target: the symbols reversed. Returns src, mask, tgt_in, tgt_out."""
+    lengths = torch.randint(min_len, max_len + 1, (n, 1), generator=generator)  # (n, 1)
+    words = torch.randint(4, VOCAB, (n, max_len + 1), generator=generator)  # (n, max_len + 1)
+    position = torch.arange(max_len + 1).unsqueeze(0)  # (1, max_len + 1)
+    reversed_words = words.gather(1, (lengths - 1 - position).clamp(min=0))
+    src = words.masked_fill(position >= lengths, PAD).masked_fill(position == lengths, EOS)
+    tgt_out = reversed_words.masked_fill(position >= lengths, PAD).masked_fill(position == lengths, EOS)
+    shifted = torch.cat([torch.full((n, 1), BOS), tgt_out[:, :-1]], 1)  # BOS + y (+ pad)
+    tgt_in = shifted.masked_fill(shifted == EOS, PAD)
+    return src, src != PAD, tgt_in, tgt_out
+
+
+def train(model, steps: int, lr: float, batch: int = 128, seed: int = 0):
+    """Adam with a short linear warmup and a linear decay to 0 (stable last steps)."""
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    warmup = max(1, steps // 10)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min((step + 1) / warmup, (steps - step) / (steps - warmup)))
+    model.train()
+    for _ in range(steps):
+        src, mask, tgt_in, tgt_out = reverse_batch(batch, generator)
+        logits, _ = model(src, mask, tgt_in)
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB), tgt_out.reshape(-1), ignore_index=PAD)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+    return model.eval()
+
+
+def sequence_accuracy(model, n: int = 200) -> float:
+    src, mask, _, tgt_out = reverse_batch(n, torch.Generator().manual_seed(1234))
+    hyps = greedy_search(model, src, mask, need_attention=False)
+    correct = 0
+    for i, (hyp,) in enumerate(hyps):
+        length = int(mask[i].sum()) - 1
+        correct += hyp.tokens == tgt_out[i, :length].tolist()
+    return correct / n
+
+
+LEARNING = {  # steps, learning rate
+    "bahdanau": (300, 3e-3), "luong-dot": (300, 3e-3), "luong-general": (300, 3e-3),
+    "luong-concat": (300, 3e-3), "transformer-pre": (300, 3e-3), "transformer-post": (300, 2e-3),
+    "transformer-learned": (300, 3e-3),
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_learns_to_reverse(variant):
+    steps, lr = LEARNING[variant]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: one thread is fastest and leaves the other core free
+    try:
+        model = train(make_model(variant), steps, lr)
+    finally:
+        torch.set_num_threads(threads)
+    assert sequence_accuracy(model) >= 0.9
+
+
+def _batch(seed: int = 0):
+    src, mask, tgt_in, _ = reverse_batch(4, torch.Generator().manual_seed(seed), 1, 6)
+    return src, mask, tgt_in
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS) + list(EXTRA))
+def test_incremental_decoding_equals_teacher_forcing(variant):
+    model = make_model(variant, dropout=0.3).eval()  # eval: dropout off
+    src, mask, tgt_in = _batch()
+    with torch.no_grad():
+        logits, attention = model(src, mask, tgt_in, need_attention=True)
+        fast_logits, none = model(src, mask, tgt_in)
+        memory = model.encode(src, mask)
+        state = model.init_state(memory)
+        steps, weights = [], []
+        for t in range(tgt_in.size(1)):
+            step_logits, state, step_attention = model.decode_step(memory, state, tgt_in[:, t])
+            steps.append(step_logits), weights.append(step_attention)
+    layers, heads = model.attention_layers, model.attention_heads
+    assert logits.shape == (4, tgt_in.size(1), VOCAB) and none is None
+    assert attention.shape == (4, layers, heads, tgt_in.size(1), src.size(1))
+    torch.testing.assert_close(fast_logits, logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.stack(steps, 1), logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.stack(weights, 3), attention, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(attention.sum(-1), torch.ones(attention.shape[:-1]))
+    assert (attention.masked_select(~mask[:, None, None, None, :]) == 0).all()
+
+
+@pytest.mark.parametrize("variant", ["bahdanau", "luong-no-feeding", "transformer-pre"])
+def test_modules_keep_no_state(variant):
+    model = make_model(variant).eval()
+    a, b = _batch(1), _batch(2)
+    with torch.no_grad():
+        first = model(*a, need_attention=True)
+        model(*b, need_attention=True)
+        memory = model.encode(*b[:2])
+        model.decode_step(memory, model.init_state(memory), b[2][:, 0])
+        again = model(*a, need_attention=True)
+    torch.testing.assert_close(first[0], again[0])
+    torch.testing.assert_close(first[1], again[1])
+
+
+def test_training_mode_dropout_and_gradients():
+    for variant in ("bahdanau", "transformer-pre"):
+        model = make_model(variant, dropout=0.3).train()
+        src, mask, tgt_in = _batch()
+        logits, _ = model(src, mask, tgt_in)
+        logits.logsumexp(-1).mean().backward()
+        assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_tied_embeddings_are_shared():
+    for variant in ("bahdanau", "transformer-pre"):
+        model = make_model(variant)
+        shared = [p for p in model.parameters() if p.shape == (VOCAB, 32)]
+        assert len(shared) == 1 and (shared[0][PAD] == 0).all()
+        assert model.generator.weight is shared[0]
+    untied = make_model("transformer-untied")
+    assert sum(p.shape == (VOCAB, 32) for p in untied.parameters()) == 3
+
+
+def test_learned_positions_reject_long_inputs():
+    model = make_model("transformer-learned").eval()
+    src = torch.full((1, 20), 5)
+    with pytest.raises(UserError, match="max-positions"):
+        model.encode(src, src != PAD)
+
+
+def test_bad_config_fails_loudly():
+    with pytest.raises(UserError):
+        build_model(ModelConfig(arch="rnn", attention="luong", vocab_size=VOCAB))
+    with pytest.raises(UserError):
+        build_model(ModelConfig(arch="transformer", d_model=30, heads=4, vocab_size=VOCAB))
+    with pytest.raises(UserError):
+        build_model(ModelConfig(arch="transformer", vocab_size=0))
