@@ -336,7 +336,26 @@ def train(cfg: RunConfig, resume: bool = False, quiet: bool = False, final_test:
         best_step=progress.best_step, tok_s=round(result.tokens_per_second))
     if final_test and progress.stopped != "interrupted" and len(corpus.splits.get("test", [])):
         result.test_scores = test_best_checkpoint(trainer, out)
+    write_summary(result)
     return result
+
+
+def write_summary(result: TrainResult) -> None:
+    """``summary.json``: what a comparison or benchmark needs without loading the checkpoint."""
+    import json
+
+    from .io_utils import atomic_output
+
+    p = result.progress
+    summary = {
+        "parameters": result.parameters, "steps": p.step, "epochs": p.epoch, "stopped": p.stopped,
+        "best_valid_bleu": p.best_bleu, "best_step": p.best_step, "elapsed_s": p.elapsed,
+        "train_s": p.train_seconds, "train_tgt_tokens": p.tgt_tokens,
+        "train_tgt_tokens_per_s": result.tokens_per_second, "peak_rss_mb": result.peak_rss_mb,
+        "test": {name: {"score": s.score, "signature": s.signature} for name, s in result.test_scores.items()},
+    }
+    with atomic_output(result.output_dir / "summary.json") as handle:
+        json.dump(summary, handle, indent=2)
 
 
 def test_best_checkpoint(trainer: Trainer, out: Path, beam_size: int = 5, plots: int = 3) -> dict[str, Any]:
