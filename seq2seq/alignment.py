@@ -113,7 +113,7 @@ def merge_to_words(
     the word's distribution is their mean, so rows summing to 1 still sum to 1).
     ``src_pieces``/``tgt_pieces`` label the columns/rows, including ``</s>`` if present.
     """
-    m = _as_array(matrix)
+    m = as_array(matrix)
     if m.shape[-2:] != (len(tgt_pieces), len(src_pieces)):
         raise ValueError(
             f"merge_to_words: matrix {m.shape[-2:]} does not match "
@@ -144,7 +144,7 @@ def _piece_to_word(pieces: Sequence[str]) -> list[int]:
 # ----------------------------------------------------------------------------- matrices
 
 
-def _as_array(x: Any) -> np.ndarray:
+def as_array(x: Any) -> np.ndarray:
     """numpy view of an array or a (CPU/GPU, grad or not) torch tensor, without importing torch."""
     if hasattr(x, "detach"):
         x = x.detach().float().cpu().numpy()
@@ -163,7 +163,7 @@ def drop_eos(
     to sum to 1 (all-zero rows stay zero). Export keeps raw weights; threshold extraction
     renormalizes.
     """
-    m = _as_array(matrix)
+    m = as_array(matrix)
     if not keep_src_eos:
         m = m[..., :, : max(m.shape[-1] - 1, 0)]
     if not keep_tgt_eos:
@@ -173,7 +173,7 @@ def drop_eos(
 
 def normalize_rows(matrix: np.ndarray) -> np.ndarray:
     """Rows of ``(..., T, S)`` rescaled to sum to 1; all-zero rows stay zero."""
-    m = _as_array(matrix)
+    m = as_array(matrix)
     total = m.sum(axis=-1, keepdims=True)
     return np.divide(m, total, out=np.zeros_like(m), where=total > 0)
 
@@ -216,7 +216,7 @@ def aggregate(attn: np.ndarray, layer: int | str = -2, heads: Heads = "mean") ->
     Learning to Align and Translate with Transformer Models", found it gives the best
     alignments. A one-layer model (every RNN) has no penultimate layer; -2 clamps to layer 0.
     """
-    a = _as_array(attn)
+    a = as_array(attn)
     if a.ndim != 4:
         raise ValueError(f"aggregate expects (layers, heads, tgt, src), got shape {a.shape}")
     used = resolve_layer(layer, a.shape[0])
@@ -229,7 +229,7 @@ def aggregate(attn: np.ndarray, layer: int | str = -2, heads: Heads = "mean") ->
 
 def argmax_alignment(matrix: np.ndarray) -> set[Link]:
     """One link per target row (T, S): its most attended source column; all-zero rows get none."""
-    m = _as_array(matrix)
+    m = as_array(matrix)
     if m.shape[-1] == 0:
         return set()
     best = m.argmax(axis=-1)
@@ -238,7 +238,7 @@ def argmax_alignment(matrix: np.ndarray) -> set[Link]:
 
 def threshold_alignment(matrix: np.ndarray, threshold: float) -> set[Link]:
     """Every ``(i, j)`` with ``matrix[j, i] >= threshold`` (zero, one or several per row)."""
-    tgt, src = np.nonzero(_as_array(matrix) >= threshold)
+    tgt, src = np.nonzero(as_array(matrix) >= threshold)
     return {(int(i), int(j)) for i, j in zip(src, tgt)}
 
 
@@ -462,7 +462,7 @@ class AlignmentRecord:
             raise UserError(f"alignment method must be 'argmax' or 'threshold', got {method!r}")
         src, tgt = _strip_eos(src_pieces), _strip_eos(tgt_pieces)
         n_src, n_tgt = len(src) + src_eos, len(tgt) + tgt_eos
-        attn = _as_array(attention).astype(np.float32)
+        attn = as_array(attention).astype(np.float32)
         if attn.ndim != 4 or attn.shape[2] < n_tgt or attn.shape[3] < n_src:
             raise ValueError(
                 f"sentence {index}: attention shape {attn.shape} does not cover {n_tgt} target "
@@ -478,7 +478,7 @@ class AlignmentRecord:
             subword = drop_eos(subword, not src_eos, not tgt_eos)
             words = drop_eos(words, not src_eos, not tgt_eos)
         return cls(
-            index=index, source=source, target=target,
+            index=int(index), source=source, target=target,
             src_pieces=src_labels, tgt_pieces=tgt_labels,
             src_words=words_from_pieces(src_labels), tgt_words=words_from_pieces(tgt_labels),
             attention=attn, subword=subword, words=words,
@@ -509,7 +509,8 @@ class AlignmentRecord:
             "subword_shape": list(self.subword.shape), "word_shape": list(self.words.shape),
             "pharaoh_subword": self.pharaoh_subword, "pharaoh_word": self.pharaoh_word,
             "attention_shape": list(self.attention.shape),
-            "layer": self.layer, "layer_used": self.layer_used,
+            "layer": self.layer if isinstance(self.layer, str) else int(self.layer),
+            "layer_used": self.layer_used,
             "heads": self.heads if isinstance(self.heads, str) else _int_list(self.heads),
             "include_eos": self.include_eos, "method": self.method, "threshold": self.threshold,
         }

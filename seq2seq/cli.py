@@ -15,6 +15,7 @@ from .config import DataConfig, ModelConfig, RunConfig, TrainConfig, load_config
 from .errors import UserError
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+DERIVED = {("model", "vocab_size")}  # filled in from the tokenizer, not set by users
 
 # Defaults that depend on the architecture (peer-comparable sizes; see README).
 ARCH_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
@@ -52,6 +53,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group(f"{section} options")
         hints = get_type_hints(cls)
         for f in dataclasses.fields(cls):
+            if (section, f.name) in DERIVED:
+                continue
             flag = "--" + f.name.replace("_", "-")
             kwargs: dict[str, Any] = {"dest": f"{section}.{f.name}", "default": argparse.SUPPRESS,
                                       "help": f"{HELP.get(f.name, '')} (default: {f.default!r})".strip()}

@@ -27,7 +27,7 @@ import numpy as np
 from matplotlib import font_manager, rc_context
 from matplotlib.figure import Figure
 
-from .alignment import AlignmentRecord, _as_array
+from .alignment import AlignmentRecord, as_array
 
 KNOWN_FORMATS = ("png", "svg", "pdf")
 ANNOTATE_MAX = 12  # write the weights into the cells up to this many rows and columns
@@ -132,14 +132,15 @@ def _heatmap(ax, matrix: np.ndarray, src_labels: Sequence[str], tgt_labels: Sequ
     """Draw one (T, S) heatmap: source along the top, target down the left. Returns the image
     (None for an empty matrix). ``ticks``: which axes get labels ("both", "x", "y", "none")."""
     rows, cols = matrix.shape
-    if matrix.size == 0:
-        ax.text(0.5, 0.5, "(empty)", ha="center", va="center", transform=ax.transAxes)
-        ax.set_xticks([])
-        ax.set_yticks([])
-        return None
-    image = ax.imshow(matrix, cmap=CMAP, vmin=0.0, vmax=vmax, aspect="auto",
-                      interpolation="nearest")
+    image = None
     ax.xaxis.tick_top()
+    if matrix.size == 0:  # e.g. an empty translation: keep the labels of the other side
+        ax.text(0.5, 0.5, "(empty)", ha="center", va="center", transform=ax.transAxes)
+        ax.set_xlim(-0.5, max(cols, 1) - 0.5)
+        ax.set_ylim(max(rows, 1) - 0.5, -0.5)
+    else:
+        image = ax.imshow(matrix, cmap=CMAP, vmin=0.0, vmax=vmax, aspect="auto",
+                          interpolation="nearest")
     ax.set_xticks(range(cols), list(src_labels) if ticks in ("both", "x") else [""] * cols,
                   rotation=70, ha="left", rotation_mode="anchor", fontsize=8)
     ax.set_yticks(range(rows), list(tgt_labels) if ticks in ("both", "y") else [""] * rows,
@@ -153,7 +154,7 @@ def _heatmap(ax, matrix: np.ndarray, src_labels: Sequence[str], tgt_labels: Sequ
 
 
 def _check(matrix, src_labels: Sequence[str], tgt_labels: Sequence[str]) -> np.ndarray:
-    m = _as_array(matrix).astype(np.float64)
+    m = as_array(matrix).astype(np.float64)
     if m.ndim != 2 or m.shape != (len(tgt_labels), len(src_labels)):
         raise ValueError(f"matrix shape {m.shape} does not match {len(tgt_labels)} target x "
                          f"{len(src_labels)} source labels")
@@ -190,8 +191,8 @@ def plot_alignment(matrix, src_labels: Sequence[str], tgt_labels: Sequence[str],
         fig = Figure(figsize=(width, height))
         ax = fig.add_subplot()
         image = _heatmap(ax, m, src_labels, tgt_labels, annotate, vmax=_vmax(m))
-        if title:
-            fig.suptitle(title, fontsize=10)
+        if title:  # below the plot: the rotated source labels take the space above it
+            ax.set_xlabel(title, fontsize=10)
         if image is not None:
             fig.colorbar(image, ax=ax, fraction=0.05, pad=0.03)
         return _save(fig, output_paths(path_or_paths, formats))
@@ -202,7 +203,7 @@ def plot_attention_grid(attn, src_labels: Sequence[str], tgt_labels: Sequence[st
                         formats: Sequence[str] = ("png",)) -> list[Path]:
     """Layers x heads grid of small heatmaps for an (L, H, T, S) array, one shared colour bar.
     Labels appear on the outer axes only (source on the top row, target on the left column)."""
-    a = _as_array(attn).astype(np.float64)
+    a = as_array(attn).astype(np.float64)
     if a.ndim != 4:
         raise ValueError(f"plot_attention_grid expects (layers, heads, tgt, src), got {a.shape}")
     layers, heads = a.shape[:2]
@@ -222,7 +223,7 @@ def plot_attention_grid(attn, src_labels: Sequence[str], tgt_labels: Sequence[st
             ax.set_xlabel(f"layer {layer} head {head}", fontsize=7)
             image = drawn or image
         if title:
-            fig.suptitle(title, fontsize=10)
+            fig.supxlabel(title, fontsize=10)
         if image is not None:
             fig.colorbar(image, ax=axes.ravel().tolist(), fraction=0.03, pad=0.02)
         return _save(fig, output_paths(path_or_paths, formats))

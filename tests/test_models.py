@@ -11,6 +11,15 @@ from seq2seq.search import greedy_search
 PAD, BOS, EOS = 0, 2, 3
 VOCAB = 12  # 4 specials + 8 symbols
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: one thread is fastest and does not fight other processes for the 2 cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
 RNN = dict(arch="rnn", embed_dim=32, hidden_size=32, decoder_hidden_size=64)
 TRANSFORMER = dict(arch="transformer", d_model=32, heads=4, ff_size=64, layers=2)
 VARIANTS = {
@@ -81,22 +90,17 @@ def sequence_accuracy(model, n: int = 200) -> float:
     return correct / n
 
 
-LEARNING = {  # steps, learning rate
-    "bahdanau": (300, 3e-3), "luong-dot": (300, 3e-3), "luong-general": (300, 3e-3),
-    "luong-concat": (300, 3e-3), "transformer-pre": (300, 3e-3), "transformer-post": (300, 2e-3),
-    "transformer-learned": (300, 3e-3),
+LEARNING = {  # steps, peak learning rate (batch 128); all reach >= 0.95 over seeds 0-2
+    "bahdanau": (100, 1e-2), "luong-dot": (100, 1e-2), "luong-general": (100, 1e-2),
+    "luong-concat": (100, 1e-2), "transformer-pre": (150, 1e-2), "transformer-post": (150, 1e-2),
+    "transformer-learned": (200, 1e-2),
 }
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_learns_to_reverse(variant):
     steps, lr = LEARNING[variant]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: one thread is fastest and leaves the other core free
-    try:
-        model = train(make_model(variant), steps, lr)
-    finally:
-        torch.set_num_threads(threads)
+    model = train(make_model(variant), steps, lr)
     assert sequence_accuracy(model) >= 0.9
 
 

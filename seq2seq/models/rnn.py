@@ -213,7 +213,8 @@ class RNNEncoderDecoder(EncoderDecoder):
         super().__init__()
         self.cfg = cfg
         self.embed_src = nn.Embedding(cfg.vocab_size, cfg.embed_dim, padding_idx=0)
-        self.embed_tgt = self.embed_src if cfg.tie_embeddings else nn.Embedding(cfg.vocab_size, cfg.embed_dim, padding_idx=0)
+        self.embed_tgt = (self.embed_src if cfg.tie_embeddings
+                          else nn.Embedding(cfg.vocab_size, cfg.embed_dim, padding_idx=0))
         self.encoder = RNNEncoder(cfg)
         self.decoder = BahdanauDecoder(cfg) if cfg.attention == "bahdanau" else LuongDecoder(cfg)
         self.generator = nn.Linear(self.decoder.out_dim, cfg.vocab_size, bias=False)  # W_out

@@ -1,0 +1,150 @@
+"""Greedy and beam search: identities that must hold for any EncoderDecoder."""
+import math
+
+import pytest
+import torch
+
+from seq2seq.errors import UserError
+from seq2seq.search import beam_search, greedy_search, length_penalty_gnmt, translate_batch
+from test_models import BOS, EOS, PAD, make_model, reverse_batch, train
+
+ARCHS = ["bahdanau", "luong-no-feeding", "transformer-pre"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: one thread is fastest and does not fight other processes for the 2 cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def model(request):
+    """Briefly trained (not converged): hypotheses end at different lengths, some by EOS, some by the bound."""
+    steps = {"bahdanau": 25, "luong-no-feeding": 25, "transformer-pre": 40}[request.param]
+    return train(make_model(request.param), steps, 1e-2)
+
+
+@pytest.fixture(scope="module")
+def batch():
+    src, mask, _, _ = reverse_batch(6, torch.Generator().manual_seed(7), 1, 6)
+    return src, mask
+
+
+def _single(src, mask, i):
+    length = int(mask[i].sum())
+    return src[i : i + 1, :length], mask[i : i + 1, :length]
+
+
+def _rescore(model, src, mask, tokens):
+    """Teacher-forced sum of log-probabilities of tokens + EOS."""
+    tgt_in = torch.tensor([[BOS] + tokens])
+    with torch.no_grad():
+        logits, _ = model(src, mask, tgt_in)
+    return logits.log_softmax(-1)[0].gather(1, torch.tensor([tokens + [EOS]]).T).sum().item()
+
+
+def test_beam_size_one_equals_greedy(model, batch):
+    greedy = greedy_search(model, *batch)
+    beam = beam_search(model, *batch, beam_size=1)
+    for (g,), (b,) in zip(greedy, beam):
+        assert g.tokens == b.tokens
+        assert g.log_prob == pytest.approx(b.log_prob, abs=1e-4)
+    lengths = {len(g.tokens) for (g,) in greedy}
+    assert len(lengths) > 1  # the fixture model is meant to end hypotheses at different steps
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_beam_scores_sorted_and_equal_rescoring(model, batch, alpha):
+    src, mask = batch
+    hyps = beam_search(model, src, mask, beam_size=4, n_best=3, length_penalty=alpha, need_attention=False)
+    for i, sentence in enumerate(hyps):
+        assert len(sentence) == 3
+        scores = [h.score for h in sentence]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(h.tokens) for h in sentence}) == 3
+        for h in sentence:
+            log_prob = _rescore(model, *_single(src, mask, i), h.tokens)
+            assert h.log_prob == pytest.approx(log_prob, abs=1e-4)
+            assert h.score == pytest.approx(log_prob / length_penalty_gnmt(len(h.tokens) + 1, alpha), abs=1e-4)
+            assert h.attention is None and EOS not in h.tokens and BOS not in h.tokens and PAD not in h.tokens
+
+
+def test_beam_not_worse_than_greedy(model, batch):
+    greedy = greedy_search(model, *batch, need_attention=False)
+    beam = beam_search(model, *batch, beam_size=5, length_penalty=0.0, need_attention=False)
+    for (g,), (b,) in zip(greedy, beam):
+        assert b.score >= g.score - 1e-4
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_batch_decodes_like_each_sentence_alone(model, batch, beam_size):
+    src, mask = batch
+    together = translate_batch(model, src, mask, beam_size=beam_size, n_best=beam_size)
+    for i, hyps in enumerate(together):
+        alone = translate_batch(model, *_single(src, mask, i), beam_size=beam_size, n_best=beam_size)[0]
+        assert [h.tokens for h in hyps] == [h.tokens for h in alone]
+        for h, a in zip(hyps, alone):
+            assert h.score == pytest.approx(a.score, abs=1e-4)
+            torch.testing.assert_close(h.attention, a.attention, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_attention_shapes_and_rows(model, batch, beam_size):
+    src, mask = batch
+    hyps = translate_batch(model, src, mask, beam_size=beam_size, n_best=beam_size)
+    layers, heads = model.attention_layers, model.attention_heads
+    for i, sentence in enumerate(hyps):
+        for h in sentence:
+            assert h.attention.shape == (layers, heads, len(h.tokens) + 1, int(mask[i].sum()))
+            torch.testing.assert_close(h.attention.sum(-1), torch.ones(h.attention.shape[:-1]))
+
+
+def test_attention_is_what_decoding_saw(model, batch):
+    """The attention attached to a hypothesis equals decode_step's attention along its path."""
+    src, mask = _single(*batch, 1)
+    (hyp,) = greedy_search(model, src, mask)[0]
+    with torch.no_grad():
+        memory = model.encode(src, mask)
+        state, rows = model.init_state(memory), []
+        for token in [BOS] + hyp.tokens:
+            _, state, attention = model.decode_step(memory, state, torch.tensor([token]))
+            rows.append(attention[0])  # (layers, heads, src_len)
+    torch.testing.assert_close(hyp.attention, torch.stack(rows, 2), atol=1e-5, rtol=1e-4)
+
+
+def test_transformer_attention_per_layer_and_head(batch):
+    model = make_model("transformer-post").eval()
+    (hyp,) = greedy_search(model, *batch, max_len_offset=2)[0]
+    assert hyp.attention.shape[:2] == (2, 4)
+    assert not torch.allclose(hyp.attention[0, 0], hyp.attention[1, 1])
+
+
+def test_each_sentence_has_its_own_length_bound(batch):
+    model = make_model("luong-dot").eval()  # untrained: rarely emits EOS by itself
+    src, mask = batch
+    for search in (greedy_search, lambda *a, **k: beam_search(*a, beam_size=3, **k)):
+        hyps = search(model, src, mask, max_len_ratio=0.5, max_len_offset=1, need_attention=False)
+        for i, (h, *_) in enumerate(hyps):
+            assert len(h.tokens) <= math.ceil(int(mask[i].sum()) * 0.5) + 1
+
+
+def test_learned_positions_bound_the_output_length():
+    model = make_model("transformer-learned").eval()  # max_positions 16
+    src = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 4, 5, 6, 7, EOS]])
+    for beam_size in (1, 2):
+        (h, *_), = translate_batch(model, src, src != PAD, beam_size=beam_size, max_len_ratio=3.0)
+        assert len(h.tokens) <= 15
+
+
+def test_search_restores_training_mode_and_checks_arguments(batch):
+    model = make_model("bahdanau", dropout=0.3).train()
+    first = greedy_search(model, *batch, need_attention=False)
+    assert model.training
+    assert [h.tokens for (h,) in first] == [h.tokens for (h,) in greedy_search(model, *batch, need_attention=False)]
+    with pytest.raises(UserError):
+        beam_search(model, *batch, beam_size=2, n_best=3)
+    with pytest.raises(UserError):
+        translate_batch(model, *batch, beam_size=0)
