@@ -16,8 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .errors import UserError
-
-PAD_ID = 0  # project-wide special id (DESIGN.md)
+from .tokenizer import PAD_ID
 
 
 # --------------------------------------------------------------------------- masks
@@ -275,7 +274,8 @@ class MultiHeadAttention(nn.Module):
         if need_weights:
             context, weights = scaled_dot_product(q, k, v, mask, dropout=p)
         else:
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=fused_causal)
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
+                                                     is_causal=fused_causal)
             weights = None
         context = context.transpose(1, 2).reshape(query.size(0), query.size(1), -1)  # (B, Tq, D)
         return self.out_proj(context), weights

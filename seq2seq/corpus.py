@@ -50,6 +50,10 @@ class PreparedCorpus:
 def prepare_run_corpus(cfg: RunConfig, output_dir: Path, quiet: bool = False) -> PreparedCorpus:
     """Tokenizer (``<output_dir>/spm.model``, reused if it matches) and the encoded corpus (cached
     under ``data.cache_dir``, reused across runs with the same corpus, cleaning and tokenizer)."""
+    if quiet:
+        import datasets
+
+        datasets.disable_progress_bars()
     tokenizer, splits = prepare_data(cfg.data, output_dir / "spm.model", cfg.data.cache_dir)
     if len(splits["train"]) == 0:
         raise UserError("the training split is empty; check --data-dir / --train-file and the filters")

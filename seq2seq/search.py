@@ -3,7 +3,8 @@
 Both decode a batch of sentences incrementally with ``decode_step`` on the fast path (no attention
 weights), each sentence with its own length bound ceil(src_len * max_len_ratio) + max_len_offset
 output tokens (src_len counts the source EOS; a model with learned positions lowers the bound to
-what it can encode), after which EOS is forced. Finished sentences leave the active batch.
+what it can encode), after which EOS is forced. PAD and BOS are never generated. Finished
+sentences leave the active batch.
 
 Attention of the returned hypotheses is computed afterwards by one teacher-forced ``forward``
 pass over the chosen outputs (``need_attention=True``). Because incremental and teacher-forced
@@ -21,8 +22,7 @@ import torch
 
 from .errors import UserError
 from .models.base import EncoderDecoder, select_batch
-
-PAD_ID, BOS_ID, EOS_ID = 0, 2, 3  # project-wide special ids (DESIGN.md)
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
 @dataclass
@@ -153,7 +153,8 @@ class _Beams:
                  alpha: float, limit: torch.Tensor) -> None:
         batch, device = src.size(0), src.device
         self.model, self.k, self.alpha, self.limit = model, k, alpha, limit
-        self.memory = select_batch(model.encode(src, src_mask), torch.arange(batch, device=device).repeat_interleave(k))
+        expand = torch.arange(batch, device=device).repeat_interleave(k)  # (batch * k,)
+        self.memory = select_batch(model.encode(src, src_mask), expand)
         self.state = model.init_state(self.memory)
         self.rows = torch.arange(batch, device=device)  # sentence of each active sentence
         self.scores = torch.full((batch, k), float("-inf"), device=device)  # raw sum log-prob

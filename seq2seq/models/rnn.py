@@ -121,7 +121,7 @@ class AttentionDecoder(nn.Module):
         return state
 
     def attend(self, memory: dict, query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.attention(query, memory["enc"], memory["src_mask"], memory["keys"])
+        return self.attention(query, memory["enc"], memory["src_mask"], memory.get("keys"))
 
 
 class BahdanauDecoder(AttentionDecoder):
@@ -238,8 +238,11 @@ class RNNEncoderDecoder(EncoderDecoder):
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> dict:
         enc, finals = self.encoder(self.dropout(self.embed_src(src)), src_mask)  # (B, S, 2H)
+        memory = {"enc": enc, "src_mask": src_mask, **finals}
         keys = self.decoder.attention.project_keys(enc)  # once per sentence, not per step
-        return {"enc": enc, "keys": keys, "src_mask": src_mask, **finals}
+        if keys is not enc:  # plain dot product: the keys are the encoder states themselves
+            memory["keys"] = keys
+        return memory
 
     def init_state(self, memory: dict) -> dict:
         return self.decoder.init_state(memory)
