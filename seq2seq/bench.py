@@ -30,8 +30,8 @@ SYSTEMS: dict[str, list[str]] = {
                           "--hidden-size", "256", "--decoder-hidden-size", "512", "--dropout", "0.3",
                           "--max-tokens", "2000"],
     "transformer": ["--arch", "transformer", "--layers", "3", "--d-model", "256", "--heads", "4",
-                    "--ff-size", "1024", "--dropout", "0.1", "--label-smoothing", "0.1", "--max-tokens", "4400",
-                    "--warmup-steps", "800"],
+                    "--ff-size", "1024", "--dropout", "0.1", "--label-smoothing", "0.1", "--max-tokens", "3000",
+                    "--warmup-steps", "400", "--lr", "1e-3"],
 }
 
 
