@@ -29,6 +29,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from ..attention import RecurrentAttention, build_score
 from ..config import ModelConfig
 from .base import EncoderDecoder
+from .dropout import Dropout, dropout
 
 Hidden = list  # per layer: h (B, H) for GRU, (h, c) for LSTM
 
@@ -54,7 +55,7 @@ class StackedRNN(nn.Module):
             else:
                 h = torch.gru_cell(x, hidden[layer], *weights)
                 new.append(h)
-            x = h if layer == self.layers - 1 else F.dropout(h, self.dropout, self.training)
+            x = h if layer == self.layers - 1 else dropout(h, self.dropout, self.training)
         return x, new
 
     def forward(self, seq: torch.Tensor, hidden: Hidden) -> torch.Tensor:
@@ -218,7 +219,7 @@ class RNNEncoderDecoder(EncoderDecoder):
         self.encoder = RNNEncoder(cfg)
         self.decoder = BahdanauDecoder(cfg) if cfg.attention == "bahdanau" else LuongDecoder(cfg)
         self.generator = nn.Linear(self.decoder.out_dim, cfg.vocab_size, bias=False)  # W_out
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.reset_parameters()
         if cfg.tie_embeddings:
             self.generator.weight = self.embed_tgt.weight  # out_dim == embed_dim by construction

@@ -18,6 +18,7 @@ from ..attention import MultiHeadAttention
 from ..config import ModelConfig
 from ..errors import UserError
 from .base import EncoderDecoder
+from .dropout import Dropout
 
 KV = tuple[torch.Tensor, torch.Tensor]  # projected keys, values: (B, heads, T, d_k) each
 
@@ -40,7 +41,7 @@ class Embedder(nn.Module):
         super().__init__()
         self.tokens, self.d_model, self.max_positions = tokens, cfg.d_model, cfg.max_positions
         self.positions = nn.Embedding(cfg.max_positions, cfg.d_model) if cfg.positional == "learned" else None
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
         """ids (B, T) at positions start .. start + T - 1 -> (B, T, d_model)."""
@@ -62,7 +63,7 @@ class Residual(nn.Module):
 
     def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
         super().__init__()
-        self.norm, self.dropout, self.norm_first = nn.LayerNorm(d_model), nn.Dropout(dropout), norm_first
+        self.norm, self.dropout, self.norm_first = nn.LayerNorm(d_model), Dropout(dropout), norm_first
 
     def pre(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm(x) if self.norm_first else x
@@ -74,7 +75,7 @@ class Residual(nn.Module):
 
 def feed_forward(cfg: ModelConfig) -> nn.Sequential:
     """FFN(x) = W_2 Dropout(ReLU(W_1 x + b_1)) + b_2."""
-    return nn.Sequential(nn.Linear(cfg.d_model, cfg.ff_size), nn.ReLU(), nn.Dropout(cfg.dropout),
+    return nn.Sequential(nn.Linear(cfg.d_model, cfg.ff_size), nn.ReLU(), Dropout(cfg.dropout),
                          nn.Linear(cfg.ff_size, cfg.d_model))
 
 
