@@ -117,28 +117,166 @@ def quality(args: argparse.Namespace) -> dict:
     return record
 
 
+def matmul_peak(dtype: torch.dtype, shape: tuple[int, int, int], seconds: float = 2.0) -> float:
+    """GFLOP/s of (m x k) @ (k x n) in ``dtype`` on this CPU with torch's current thread count."""
+    m, k, n = shape
+    a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a @ b
+        count += 1
+    return 2 * m * k * n * count / (time.perf_counter() - start) / 1e9
+
+
+def train_speed(name: str, args: argparse.Namespace) -> dict:
+    """Steady-state training throughput of one system at peer sizes, in this process.
+
+    Builds the run like train.py does, times ``args.steps`` optimizer steps after ``args.warmup``
+    untimed ones, and counts the FLOPs of one step (forward + backward matmuls) with
+    ``torch.utils.flop_counter``, extrapolated to the timed steps by their target tokens.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from .cli import add_config_flags, build_run_config
+    from .corpus import prepare_run_corpus
+    from .runtime import peak_rss_mb, seed_everything
+    from .training import Trainer
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config")
+    parser.add_argument("--output-dir")
+    add_config_flags(parser)
+    run_dir = Path(args.out) / f"speed-{name}"
+    flags = ["--data-dir", str(args.data_dir), "--src", args.src, "--tgt", args.tgt, "--vocab-size",
+             str(args.vocab_size), "--precision", args.precision, "--output-dir", str(run_dir), *SYSTEMS[name]]
+    cfg = build_run_config(parser.parse_args(flags))
+    seed_everything(cfg.train.seed)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    corpus = prepare_run_corpus(cfg, run_dir, quiet=True)
+    cfg.model.vocab_size = corpus.tokenizer.vocab_size
+    trainer = Trainer(cfg, corpus, quiet=True)
+    batches = corpus.train_batches(0)
+    for _ in range(args.warmup):
+        trainer._train_step([next(batches)])
+    with FlopCounterMode(display=False) as counter:
+        _, counted_tokens = trainer._train_step([next(batches)])
+    flops_per_token = counter.get_total_flops() / counted_tokens
+    tokens, start = 0, time.perf_counter()
+    for _ in range(args.steps):
+        batch = next(batches)
+        _, n = trainer._train_step([batch])
+        tokens += n
+    seconds = time.perf_counter() - start
+    flops = flops_per_token * tokens  # FLOPs scale with the tokens of a batch: extrapolate
+    return {"system": name, "parameters": trainer.model.num_parameters(), "steps": args.steps,
+            "seconds": seconds, "tgt_tokens_per_s": tokens / seconds, "steps_per_s": args.steps / seconds,
+            "model_gflop_per_s_estimate": flops / seconds / 1e9, "peak_rss_mb": peak_rss_mb(),
+            "precision": args.precision}
+
+
+def speed(args: argparse.Namespace) -> dict:
+    """Matmul peaks, then each system's training speed in its own process, then decoding speed."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    peaks = {f"{dtype}_{label}": matmul_peak(getattr(torch, dtype), shape)
+             for dtype in ("float32", "bfloat16") for label, shape in
+             (("square2048", (2048, 2048, 2048)), ("ffn4400x256x1024", (4400, 256, 1024)))}
+    record = {"benchmark": "speed", "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M"),
+              "machine": machine(), "matmul_gflop_per_s": peaks, "train": {}, "decode": {}}
+    for name in args.systems:
+        child = out / f"speed-{name}.json"
+        subprocess.run([sys.executable, "-m", "seq2seq.bench", "train-speed", name, "--json", str(child),
+                        *_forwarded(args)], check=True, cwd=ROOT)
+        result = json.loads(child.read_text())
+        peak = peaks["bfloat16_ffn4400x256x1024" if args.precision == "bf16" else "float32_ffn4400x256x1024"]
+        result["fraction_of_matmul_peak"] = result["model_gflop_per_s_estimate"] / peak
+        record["train"][name] = result
+        checkpoint = Path(args.checkpoints) / name / "best.pt" if args.checkpoints else None
+        if checkpoint is not None and checkpoint.is_file():
+            record["decode"][name] = decode_system(checkpoint.parent, args)
+    (out / "speed.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    table = speed_table(record)
+    (out / "speed.md").write_text(table, encoding="utf-8")
+    print(table)
+    return record
+
+
+def _forwarded(args: argparse.Namespace) -> list[str]:
+    return ["--data-dir", str(args.data_dir), "--src", args.src, "--tgt", args.tgt, "--vocab-size",
+            str(args.vocab_size), "--steps", str(args.steps), "--warmup", str(args.warmup),
+            "--precision", args.precision, "--out", str(args.out)]
+
+
+def speed_table(record: dict) -> str:
+    peaks = record["matmul_gflop_per_s"]
+    lines = [f"matmul peak GFLOP/s: fp32 {peaks['float32_square2048']:.0f} (square), "
+             f"{peaks['float32_ffn4400x256x1024']:.0f} (FFN-shaped); bf16 {peaks['bfloat16_square2048']:.0f} "
+             f"(square), {peaks['bfloat16_ffn4400x256x1024']:.0f} (FFN-shaped)", "",
+             "| system | params | train tgt tok/s | model GFLOP/s | of matmul peak | peak RSS | "
+             "greedy sent/s | beam 5 sent/s | greedy bs1 sent/s | BLEU greedy / beam 5 |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, t in record["train"].items():
+        d = record["decode"].get(name)
+        decode = (f"{d['greedy']['sentences_per_s']:.1f} | {d['beam5']['sentences_per_s']:.1f} | "
+                  f"{d['greedy_bs1']['sentences_per_s']:.1f} | {d['greedy']['bleu']:.2f} / {d['beam5']['bleu']:.2f}"
+                  if d else "— | — | — | —")
+        lines.append(f"| {name} | {t['parameters'] / 1e6:.1f} M | {t['tgt_tokens_per_s']:,.0f} | "
+                     f"{t['model_gflop_per_s_estimate']:.0f} | {t['fraction_of_matmul_peak']:.0%} | "
+                     f"{t['peak_rss_mb'] / 1024:.2f} GB | {decode} |")
+    return "\n".join(lines) + "\n"
+
+
+def _common_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
+    p.add_argument("--src", default="de")
+    p.add_argument("--tgt", default="en")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--device", default="auto")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m seq2seq.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     q = sub.add_parser("quality", help="RNN (Bahdanau, Luong) vs Transformer at equal wall-clock budget")
-    q.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
-    q.add_argument("--src", default="de")
-    q.add_argument("--tgt", default="en")
+    _common_flags(q)
     q.add_argument("--test-split", default="test_2016_flickr")
     q.add_argument("--minutes", type=float, default=20.0, help="training budget per system (default: 20)")
-    q.add_argument("--vocab-size", type=int, default=8000)
     q.add_argument("--eval-every", type=int, default=400)
     q.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
-    q.add_argument("--device", default="auto")
     q.add_argument("--bs1-sentences", type=int, default=200, help="sentences for the batch-1 greedy timing")
     q.add_argument("--out", default="bench-results/quality")
     q.add_argument("extra", nargs="*", help="extra train.py flags after --, applied to every system")
+    s = sub.add_parser("speed", help="training tokens/s, FLOP/s vs matmul peak, decoding sentences/s")
+    _common_flags(s)
+    s.add_argument("--test-split", default="test_2016_flickr")
+    s.add_argument("--systems", nargs="+", default=["rnn-bahdanau", "transformer"], choices=list(SYSTEMS))
+    s.add_argument("--steps", type=int, default=30, help="timed training steps per system")
+    s.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    s.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    s.add_argument("--checkpoints", help="quality-benchmark output dir: decode its <system>/best.pt")
+    s.add_argument("--bs1-sentences", type=int, default=200)
+    s.add_argument("--out", default="bench-results/speed")
+    t = sub.add_parser("train-speed", help=argparse.SUPPRESS)  # one system, in a child process
+    t.add_argument("system", choices=list(SYSTEMS))
+    t.add_argument("--json", required=True)
+    _common_flags(t)
+    t.add_argument("--steps", type=int, default=30)
+    t.add_argument("--warmup", type=int, default=5)
+    t.add_argument("--precision", default="fp32")
+    t.add_argument("--out", default="bench-results/speed")
     args = parser.parse_args(argv)
     if not (args.data_dir / f"train.{args.src}").is_file():
         print(f"error: --data-dir {args.data_dir} has no train.{args.src}; point it at Multi30k", file=sys.stderr)
         return 2
-    quality(args)
+    if args.command == "quality":
+        quality(args)
+    elif args.command == "speed":
+        speed(args)
+    else:
+        Path(args.json).write_text(json.dumps(train_speed(args.system, args), indent=2), encoding="utf-8")
     return 0
 
 
