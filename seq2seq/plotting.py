@@ -294,3 +294,68 @@ def plot_records(records: Iterable[AlignmentRecord], out_dir: str | os.PathLike,
                                            out / f"{rec.index:05d}_grid.png",
                                            title=f"#{rec.index}")
     return written
+
+
+# ----------------------------------------------------------------------------- comparisons
+
+
+def plot_learning_curves(series: dict[str, tuple[Sequence[float], Sequence[float]]], xlabel: str,
+                         ylabel: str, path_or_paths, title: str | None = None,
+                         formats: Sequence[str] = ("png", "svg"),
+                         empty_note: str = "no validation lines") -> list[Path]:
+    """Like ``plot_curves``, for runs that may have no points (e.g. a run stopped before its first
+    validation, or a bare checkpoint without metrics.jsonl): such a run stays in the legend as
+    "name (``empty_note``)", and a plot where no run has points says so in its middle."""
+    labels = [name if len(xs) else f"{name} ({empty_note})" for name, (xs, _) in series.items()]
+    with _label_fonts([*labels, title or "", xlabel, ylabel]):
+        fig = Figure(figsize=(6.4, 4.0))
+        ax = fig.add_subplot()
+        for label, (xs, ys) in zip(labels, series.values()):
+            ax.plot(list(xs), list(ys), label=label, marker="." if len(xs) < 30 else None)
+        if any(len(xs) for xs, _ in series.values()):
+            ax.set_xlim(left=0)  # steps and training time start at 0
+        else:
+            ax.text(0.5, 0.5, f"({empty_note} in any run)", ha="center", va="center",
+                    transform=ax.transAxes, color="0.4")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        if title:
+            ax.set_title(title)
+        if series:
+            ax.legend()
+        ax.grid(alpha=0.3)
+        return _save(fig, output_paths(path_or_paths, formats))
+
+
+def plot_grouped_bars(groups: Sequence[str], series: dict[str, Sequence[float | None]],
+                      xlabel: str, ylabel: str, path_or_paths, title: str | None = None,
+                      formats: Sequence[str] = ("png", "svg"), value_labels: bool = True
+                      ) -> list[Path]:
+    """One group of bars per entry of ``groups`` (e.g. source-length buckets), one bar per series
+    (e.g. system) in each group. A value of None or NaN leaves its bar out (e.g. an empty bucket)."""
+    names = list(series)
+    width = 0.8 / max(len(names), 1)
+    centers = np.arange(len(groups), dtype=np.float64)
+    with _label_fonts([*groups, *names, title or "", xlabel, ylabel]):
+        fig = Figure(figsize=(max(6.4, 0.6 * len(groups) * max(len(names), 1) + 2), 4.0))
+        ax = fig.add_subplot()
+        for k, name in enumerate(names):
+            values = np.array([np.nan if v is None else float(v) for v in series[name]])
+            if values.shape != (len(groups),):
+                raise ValueError(f"series {name!r} has {values.size} values for {len(groups)} groups")
+            xs = centers - 0.4 + width * (k + 0.5)
+            bars = ax.bar(xs[~np.isnan(values)], values[~np.isnan(values)], width, label=name)
+            if value_labels:
+                ax.bar_label(bars, fmt="%.1f", fontsize=7, padding=1)
+        ax.set_xticks(centers, list(groups))
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        if title:
+            ax.set_title(title)
+        if names:
+            ax.legend()
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+        if all(v is None or not v < 0 for values in series.values() for v in values):
+            ax.set_ylim(bottom=0)
+        return _save(fig, output_paths(path_or_paths, formats))

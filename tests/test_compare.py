@@ -1,0 +1,290 @@
+"""The comparison report: two tiny trained systems (RNN, Transformer) on the toy corpus."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from seq2seq.compare import (
+    check_sentence_ids,
+    compare,
+    forced_attention,
+    length_buckets,
+    main,
+    parse_args,
+    pick_sentences,
+    significance,
+    input_files,
+)
+from seq2seq.config import RunConfig
+from seq2seq.errors import UserError
+from seq2seq.plotting import plot_grouped_bars, plot_learning_curves
+from seq2seq.toy import toy_corpus
+from seq2seq.training import train
+from seq2seq.translator import Translator
+
+torch.set_num_threads(1)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+QUALITY_HEADER = ["system", "model", "parameters", "BLEU", "p BLEU (BS / AR)", "chrF", "p chrF (BS / AR)",
+                  "TER ↓", "p TER (BS / AR)", "training time", "train tgt tok/s", "greedy sent/s",
+                  "beam 2 sent/s", "peak RSS (train)"]
+SAMPLES = ["--bootstrap", "100", "--ar-trials", "100"]
+
+
+def tiny_config(out: Path, arch: str) -> RunConfig:
+    cfg = RunConfig.from_dict({
+        "model": {"arch": arch, "d_model": 32, "heads": 2, "ff_size": 64, "layers": 2, "embed_dim": 32,
+                  "hidden_size": 32, "decoder_hidden_size": 48, "dropout": 0.1},
+        "data": {"toy_size": 300, "vocab_size": 120, "max_tokens": 400, "cache_dir": str(out.parent / "cache")},
+        "train": {"max_steps": 10, "eval_every": 5, "warmup_steps": 5, "lr": 3e-3, "log_every": 5,
+                  "eval_max_sentences": 8, "seed": 3, "threads": 1},
+    })
+    cfg.output_dir = str(out)
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("runs")
+    return {arch: train(tiny_config(root / arch, arch), quiet=True).output_dir for arch in ("rnn", "transformer")}
+
+
+@pytest.fixture(scope="module")
+def test_set(tmp_path_factory) -> dict[str, Path]:
+    """20 toy pairs as text files, and a gold file linking word k to word k."""
+    root = tmp_path_factory.mktemp("test_set")
+    data = toy_corpus(n_train=300, n_valid=20, n_test=20, seed=3)["test"]
+    src, tgt = list(data["src"]), list(data["tgt"])
+    gold = [" ".join(f"{k}-{k}" for k in range(min(len(s.split()), len(t.split())))) for s, t in zip(src, tgt)]
+    files = {"source": root / "test.en", "reference": root / "test.de", "gold": root / "gold.talp"}
+    for key, lines in (("source", src), ("reference", tgt), ("gold", gold)):
+        files[key].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return files
+
+
+def compare_args(runs: list[Path], test_set: dict[str, Path], out: Path, *extra: str) -> list[str]:
+    return [*map(str, runs), "--source", str(test_set["source"]), "--reference", str(test_set["reference"]),
+            "--out", str(out), "--beam-size", "2", "--device", "cpu", "--quiet", *SAMPLES, *extra]
+
+
+@pytest.fixture(scope="module")
+def report_dir(runs, test_set, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("reports") / "rnn-vs-transformer"
+    args = compare_args([runs["rnn"], runs["transformer"]], test_set, out, "--names", "rnn", "transformer",
+                        "--sentences", "2", "--gold", str(test_set["gold"]), "--length-buckets", "3", "6")
+    assert main(args) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def report(report_dir) -> dict:
+    return json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
+
+
+def markdown_table(markdown: str, heading: str) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the first table after ``heading``."""
+    lines = markdown.split(heading, 1)[1].splitlines()
+    start = next(k for k, line in enumerate(lines) if line.startswith("|"))
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        block.append([cell.strip() for cell in line.strip().strip("|").split(" | ")])
+    return block[0], block[2:]  # block[1] is the |---| line
+
+
+def assert_plot(path: Path) -> None:
+    data = path.read_bytes()
+    assert data.startswith(PNG_MAGIC) if path.suffix == ".png" else b"<svg" in data[:2000], path
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def test_report_links_point_at_plots_inside_the_directory(report_dir):
+    markdown = (report_dir / "report.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)]+)\)", markdown)
+    pngs = [link for link in links if link.endswith(".png")]
+    assert len(pngs) >= 3 + 2 * 2  # length buckets, 2 learning curves, 2 sentences x (own, forced)
+    for link in links:
+        assert not Path(link).is_absolute()
+        assert (report_dir / link).is_file(), link
+        if link.endswith((".png", ".svg")):
+            assert_plot(report_dir / link)
+    for png in report_dir.glob("plots/*.png"):
+        assert png.with_suffix(".svg").is_file()
+    assert not [p for p in report_dir.parent.iterdir() if p.name.startswith(".")]  # no temp dirs left
+
+
+def test_quality_table_has_one_row_per_system_and_all_columns(report_dir, report):
+    header, rows = markdown_table((report_dir / "report.md").read_text(encoding="utf-8"), "## Quality and cost")
+    assert header == QUALITY_HEADER
+    assert [row[0] for row in rows] == ["rnn", "transformer"]
+    assert all(len(row) == len(header) for row in rows)
+    rnn, transformer = rows
+    assert rnn[1].startswith("rnn (bahdanau") and transformer[1].startswith("transformer (2 layers")
+    assert rnn[4] == rnn[6] == rnn[8] == "baseline"
+    for cell in (rnn[3], transformer[3], rnn[5], transformer[7]):
+        assert re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d", cell), cell
+    assert re.fullmatch(r"\S+ / \S+( \((equal|identical)\))?", transformer[4]), transformer[4]
+    for row in rows:  # summary.json figures are there
+        assert "steps" in row[9] and row[10] != "—" and row[13] != "—"
+        assert float(row[11].replace(",", "")) > 0 and float(row[12].replace(",", "")) > 0
+    entry = report["systems"][1]
+    assert entry["parameters"] > 0 and entry["training"]["steps"] == 10
+
+
+def test_significance_comes_from_sacrebleu(report_dir, report, test_set):
+    from sacrebleu.metrics import BLEU, CHRF, TER
+    from sacrebleu.significance import PairedTest
+
+    quality = report["quality"]
+    assert "bs:100" in quality["signatures"]["bs"]["BLEU"] and "ar:100" in quality["signatures"]["ar"]["TER"]
+    baseline, other = quality["systems"]
+    assert baseline["scores"]["BLEU"]["p_bs"] is None
+    for metric in ("BLEU", "chrF", "TER"):
+        for key in ("p_bs", "p_ar"):
+            assert 0.0 <= other["scores"][metric][key] <= 1.0
+        assert all(s["scores"][metric]["ci"] >= 0 for s in quality["systems"])
+    # the same numbers sacrebleu gives for the saved hypotheses
+    hyps = [(report_dir / e["hypotheses"]).read_text(encoding="utf-8").splitlines() for e in report["systems"]]
+    refs = test_set["reference"].read_text(encoding="utf-8").splitlines()
+    assert hyps[0] != hyps[1]
+    _, results = PairedTest(list(zip(["rnn", "transformer"], hyps)), {"BLEU": BLEU(), "chrF": CHRF(), "TER": TER()},
+                            [refs], test_type="ar", n_samples=100)()
+    tested = 0
+    for metric, key in (("BLEU", "BLEU"), ("chrF", "chrF2"), ("TER", "TER")):
+        ours = other["scores"][metric]
+        assert ours["score"] == pytest.approx(results[key][1].score)
+        if not ours["equal_to_baseline"]:  # an equal score gets p = 1 instead (see below)
+            assert ours["p_ar"] == pytest.approx(results[key][1].p_value)
+            tested += 1
+    assert tested  # different outputs: at least one metric differs
+
+
+def test_significance_wrapper_on_known_systems():
+    refs = [f"a man rides a {animal} near the {place}" for animal in ("horse", "bike", "camel", "dog")
+            for place in ("river", "lake", "road", "sea", "hill")]
+    good = list(refs)
+    bad = [f"the {k} person" for k in range(len(refs))]
+    result = significance(["good", "copy", "bad"], [good, list(good), bad], refs, bootstrap=200, ar_trials=200)
+    copy, worse = result["systems"][1:]
+    assert copy["identical_to_baseline"]
+    assert all(s["p_bs"] == s["p_ar"] == 1.0 and s["equal_to_baseline"] for s in copy["scores"].values())
+    assert all(s["p_bs"] < 0.05 and s["p_ar"] < 0.05 for s in worse["scores"].values())
+    assert worse["scores"]["TER"]["score"] > result["systems"][0]["scores"]["TER"]["score"]
+
+
+def test_bleu_by_source_length(report_dir, report, test_set):
+    buckets = report["length_buckets"]
+    assert [b["label"] for b in buckets] == ["1-3", "4-6", "7+"]
+    sources = test_set["source"].read_text(encoding="utf-8").splitlines()
+    assert sum(b["sentences"] for b in buckets) == len(sources)
+    header, rows = markdown_table((report_dir / "report.md").read_text(encoding="utf-8"), "## BLEU by source length")
+    assert header == ["source words", "sentences", "rnn", "transformer", "best"]
+    assert [row[0] for row in rows] == ["1-3", "4-6", "7+"]
+
+
+def test_learning_curves_and_alignments(report):
+    for entry in report["systems"]:
+        assert [point["step"] for point in entry["validation_curve"]] == [5, 10]
+    assert len(report["examples"]) == 2
+    for example in report["examples"]:
+        assert set(example["translations"]) == {"rnn", "transformer"}
+    for scores in report["aer"].values():
+        assert 0.0 <= scores["aer"] <= 1.0 and scores["sentences"] == 20
+
+
+def test_identical_systems_are_not_significantly_different(runs, test_set, tmp_path):
+    bare = tmp_path / "bare"  # a lone checkpoint: no summary.json, no metrics.jsonl beside it
+    bare.mkdir()
+    shutil.copy(runs["rnn"] / "best.pt", bare / "model.pt")
+    out = tmp_path / "same"
+    assert main(compare_args([runs["rnn"], bare / "model.pt"], test_set, out, "--sentence-ids", "4")) == 0
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    other = report["quality"]["systems"][1]
+    assert other["identical_to_baseline"]
+    for metric in ("BLEU", "chrF", "TER"):
+        assert other["scores"][metric]["p_bs"] >= 0.05 and other["scores"][metric]["p_ar"] >= 0.05
+    markdown = (out / "report.md").read_text(encoding="utf-8")
+    _, rows = markdown_table(markdown, "## Quality and cost")
+    assert [row[0] for row in rows] == ["rnn", "bare/model"]
+    assert rows[1][9] == rows[1][10] == rows[1][13] == "—"  # no summary.json
+    assert "No validation lines for: bare/model" in markdown
+    assert_plot(out / "plots" / "valid_bleu_vs_time.png")
+    assert [e["id"] for e in report["examples"]] == [4]
+
+
+# ----------------------------------------------------------------------------- pieces
+
+
+def test_forced_attention_covers_the_reference_words(runs):
+    translator = Translator.from_checkpoint(runs["transformer"] / "best.pt", device="cpu")
+    record = forced_attention(translator, "forty-five thousand and seven", "fünf und vierzig tausend sieben")
+    assert record.tgt_words == ["fünf", "und", "vierzig", "tausend", "sieben"]
+    assert record.src_words == ["forty-five", "thousand", "and", "seven"]
+    assert record.words.shape == (5, 4)
+    assert np.all(record.words.sum(-1) <= 1 + 1e-5)
+
+
+def test_length_buckets_and_sentence_choice():
+    sources = ["a b", "", "a b c d e", "a " * 40]
+    buckets = length_buckets(sources, [2, 5])
+    assert [(b.label, b.ids) for b in buckets] == [("1-2", [0]), ("3-5", [2]), ("6+", [3])]
+    chrf = {"x": [10.0, 0.0, 50.0, 20.0], "y": [10.0, 90.0, 10.0, 40.0]}
+    assert pick_sentences(chrf, sources, 2) == [2, 3]  # the empty line 1 is never picked
+    with pytest.raises(UserError, match="empty source"):
+        check_sentence_ids([1], sources)
+
+
+def test_learning_curve_plot_without_validation_lines(tmp_path):
+    [png] = plot_learning_curves({"a": ([], []), "b": ([], [])}, "step", "BLEU", tmp_path / "c.png")
+    assert_plot(png)
+    [png] = plot_grouped_bars(["1-10", "11+"], {"a": [1.0, None], "b": [2.0, 3.0]}, "words", "BLEU",
+                              tmp_path / "bars.png")
+    assert_plot(png)
+
+
+# ----------------------------------------------------------------------------- user errors
+
+
+def test_bad_inputs_are_user_errors(runs, test_set, tmp_path, capsys):
+    out = tmp_path / "report"
+    with pytest.raises(UserError, match="nope.pt: no such checkpoint"):
+        compare(parse_args(compare_args([runs["rnn"], tmp_path / "nope.pt"], test_set, out)))
+    short = tmp_path / "short.de"
+    short.write_text("eins\n", encoding="utf-8")
+    args = compare_args([runs["rnn"]], test_set, out)
+    args[args.index("--reference") + 1] = str(short)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "--reference" in err and "20 lines" in err and "Traceback" not in err
+    assert main(compare_args([runs["rnn"], runs["rnn"]], test_set, out, "--names", "one")) == 2
+    assert "--names gives 1 names for 2 systems" in capsys.readouterr().err
+    assert main(compare_args([runs["rnn"]], test_set, out, "--sentence-ids", "99")) == 2
+    assert "0-based line numbers, 0..19" in capsys.readouterr().err
+    bad_gold = tmp_path / "bad.talp"
+    bad_gold.write_text("0-0\n" * 19 + "0-99\n", encoding="utf-8")
+    assert main(compare_args([runs["rnn"]], test_set, out, "--gold", str(bad_gold))) == 2
+    assert "line 20: link 0-99 is outside" in capsys.readouterr().err
+    assert not out.exists()  # nothing half-written
+    (tmp_path / "precious").mkdir()
+    (tmp_path / "precious" / "notes.txt").write_text("keep me")
+    assert main(compare_args([runs["rnn"]], test_set, tmp_path / "precious")) == 2
+    assert "not a comparison report" in capsys.readouterr().err
+
+
+def test_data_dir_shortcut_names_the_split_files(tmp_path):
+    args = parse_args(["run", "--data-dir", str(tmp_path), "--src", "de", "--tgt", "en", "--out", "r"])
+    assert input_files(args) == (tmp_path / "test_2016_flickr.de", tmp_path / "test_2016_flickr.en")
+    args = parse_args(["run", "--data-dir", str(tmp_path), "--src", "de", "--source", "x", "--out", "r"])
+    with pytest.raises(UserError, match="not both"):
+        input_files(args)
+    with pytest.raises(UserError, match="give --source and --reference"):
+        input_files(parse_args(["run", "--source", "x", "--out", "r"]))
