@@ -4,6 +4,7 @@
     echo "Ein Hund läuft." | python translate.py --checkpoint checkpoints/run/best.pt
     python translate.py --checkpoint RUN --input test.de --output test.hyp --reference test.en --beam-size 5
     python translate.py --checkpoint RUN --input test.de --alignments align.jsonl --plot-dir plots/
+    python translate.py --checkpoint RUN --input test.de --alignments align.jsonl --attribution gradient occlusion
 """
 import argparse
 import sys
@@ -27,11 +28,37 @@ def parse_args(argv):
                    help="longer inputs are cut to this many subwords, with a warning (default: 250)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     p.add_argument("--reference", help="reference file: print sacrebleu BLEU and chrF with signatures")
-    p.add_argument("--alignments", help="write alignments/attention as JSONL here (+ .npz arrays beside it)")
-    p.add_argument("--plot-dir", help="write one attention heatmap per sentence (PNG and SVG) here")
-    p.add_argument("--layer", default="-2",
-                   help="Transformer layer for the aggregate alignment: index, or 'all' (default: -2)")
-    p.add_argument("--heads", default="mean", help="'mean' or comma-separated head indices (default: mean)")
+    a = p.add_argument_group(
+        "alignments and attribution",
+        "Attention is exported per sentence as the raw (layers, heads, tgt+1, src+1) array and as one "
+        "aggregate matrix, merged to words, from which hard links are read. The default aggregate is "
+        "the penultimate decoder layer averaged over its heads: Garg et al. (2019) found it aligns "
+        "best (the last layer attends to what is useful for predicting the next word, not to its "
+        "translation); a one-layer model (every RNN) uses its only layer.")
+    a.add_argument("--alignments", metavar="FILE",
+                   help="write alignments/attention as JSONL here (+ .npz arrays beside it), atomically")
+    a.add_argument("--plot-dir", metavar="DIR",
+                   help="write word-level heatmaps per sentence here: NNNNN.png/.svg, NNNNN_grid.png "
+                        "(layers x heads, multi-head models), NNNNN_attribution.png (with --attribution)")
+    a.add_argument("--layer", default="-2",
+                   help="decoder layer for the aggregate: index (negative counts from the top) or 'all' "
+                        "(mean of all layers) (default: -2, the penultimate; the only layer of an RNN)")
+    a.add_argument("--heads", default="mean",
+                   help="'mean' (average all heads) or comma-separated head indices to average (default: mean)")
+    a.add_argument("--include-eos", action="store_true",
+                   help="keep the source EOS column and target EOS row in matrices and links "
+                        "(default: dropped, so EOS never appears as an alignment point)")
+    a.add_argument("--align-method", choices=("argmax", "threshold"), default="argmax",
+                   help="hard links: argmax = one source word per target word; threshold = every source "
+                        "word with at least --align-threshold of the (renormalized) row (default: argmax)")
+    a.add_argument("--align-threshold", type=float, default=0.3,
+                   help="share of a row for --align-method threshold (default: 0.3)")
+    a.add_argument("--attribution", nargs="+", metavar="METHOD",
+                   choices=("gradient", "integrated-gradients", "occlusion"),
+                   help="also compute attribution matrices (gradient | integrated-gradients | occlusion, "
+                        "one or more) into the --alignments export and --plot-dir; see seq2seq/attribution.py")
+    a.add_argument("--ig-steps", type=int, default=16,
+                   help="integration steps for integrated-gradients (default: 16)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     return p.parse_args(argv)
 

@@ -33,6 +33,18 @@ JSONL schema (one JSON object per line, UTF-8, one line per sentence)
 ``layer``            the layer asked for (int or "all"); ``layer_used`` the index actually used
 ``heads``            "mean" or the list of head indices averaged
 ``include_eos``, ``method`` ("argmax" | "threshold"), ``threshold`` (float or null)
+``attribution``      only with attributions (``translate.py --attribution``): one object per
+                     method, keyed by method name ("gradient", "integrated-gradients",
+                     "occlusion"); labels are the record's piece/word lists above:
+                     ``method``, ``steps`` (integrated gradients, else null), ``normalization``,
+                     ``raw_matrix`` [[float]] signed (T+1, S+1) incl. EOS row/column,
+                     ``raw_shape``, ``subword_matrix`` / ``word_matrix`` (row-normalized
+                     importances, same EOS policy and merge as attention), ``subword_shape``,
+                     ``word_shape``, ``pharaoh_subword``, ``pharaoh_word``
+                     (see ``seq2seq.attribution`` for formulas and signs)
+
+An empty input line gives a record with empty piece/word lists and matrices, so the JSONL has
+one line per input line. With ``--n-best`` only the best hypothesis is exported.
 
 NPZ schema (written on close, only if ``npz_path`` is given; no pickled objects)
 ------------------------------------------------------------------------------
@@ -42,6 +54,9 @@ NPZ schema (written on close, only if ``npz_path`` is given; no pickled objects)
 ``s{index}_words``           float32 (Tw, Sw) = ``word_matrix`` unrounded
 ``s{index}_src_pieces`` / ``s{index}_tgt_pieces``  str arrays (labels of ``s{index}_attention``
                              without EOS)
+``s{index}_attr_{method}_raw``    float64 (T+1, S+1) signed attribution incl. EOS (if asked)
+``s{index}_attr_{method}``        float32 row-normalized subword attribution (EOS policy as above)
+``s{index}_attr_{method}_words``  float32 word-level attribution
 ``meta``                     0-d str array holding a JSON object: layer, heads, include_eos,
                              method, threshold, sentences (count), indices
 The word-level and aggregated arrays follow ``include_eos`` like the JSONL.
@@ -52,7 +67,7 @@ import json
 import os
 import uuid
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -435,6 +450,8 @@ class AlignmentRecord:
     threshold: float | None = None
     src_eos: bool = True  # does ``attention`` have a source EOS column?
     tgt_eos: bool = True  # ... a target EOS row? (False if decoding stopped at max length)
+    extra: dict[str, Any] = field(default_factory=dict)  # more JSONL keys (e.g. "attribution")
+    extra_arrays: dict[str, np.ndarray] = field(default_factory=dict)  # more npz arrays s{index}_{key}
 
     @classmethod
     def build(
@@ -482,8 +499,8 @@ class AlignmentRecord:
             src_pieces=src_labels, tgt_pieces=tgt_labels,
             src_words=words_from_pieces(src_labels), tgt_words=words_from_pieces(tgt_labels),
             attention=attn, subword=subword, words=words,
-            pharaoh_subword=to_pharaoh(_extract(subword, method, threshold)),
-            pharaoh_word=to_pharaoh(_extract(words, method, threshold)),
+            pharaoh_subword=to_pharaoh(extract_links(subword, method, threshold)),
+            pharaoh_word=to_pharaoh(extract_links(words, method, threshold)),
             layer=layer, layer_used=resolve_layer(layer, attn.shape[0]), heads=heads,
             include_eos=include_eos, method=method,
             threshold=threshold if method == "threshold" else None,
@@ -513,10 +530,15 @@ class AlignmentRecord:
             "layer_used": self.layer_used,
             "heads": self.heads if isinstance(self.heads, str) else _int_list(self.heads),
             "include_eos": self.include_eos, "method": self.method, "threshold": self.threshold,
+            **self.extra,
         }
 
 
-def _extract(matrix: np.ndarray, method: str, threshold: float) -> set[Link]:
+def extract_links(matrix: np.ndarray, method: str = "argmax", threshold: float = 0.3) -> set[Link]:
+    """Hard links of a ``(T, S)`` matrix: ``argmax`` (one per row) or ``threshold`` (on rows
+    renormalized to sum to 1, so a threshold means the same in every row)."""
+    if method not in ("argmax", "threshold"):
+        raise UserError(f"alignment method must be 'argmax' or 'threshold', got {method!r}")
     if method == "threshold":
         return threshold_alignment(normalize_rows(matrix), threshold)
     return argmax_alignment(matrix)
@@ -603,6 +625,8 @@ class AlignmentWriter:
             self._add_array(f"{key}_words", record.words.astype(np.float32))
             self._add_array(f"{key}_src_pieces", np.array(_strip_eos(record.src_pieces), dtype=str))
             self._add_array(f"{key}_tgt_pieces", np.array(_strip_eos(record.tgt_pieces), dtype=str))
+            for name, array in record.extra_arrays.items():
+                self._add_array(f"{key}_{name}", array)
 
     def _add_array(self, key: str, array: np.ndarray) -> None:
         """Stream one array into the zip exactly as ``np.savez`` would store it."""

@@ -43,6 +43,7 @@ class Translation:
     src_pieces: list[str] = field(default_factory=list)
     tgt_pieces: list[str] = field(default_factory=list)
     attention: np.ndarray | None = None
+    src_tokens: list[int] = field(default_factory=list)  # source ids incl. EOS (for attribution)
     alternatives: list["Translation"] = field(default_factory=list)  # n-best list, best first
 
     @property
@@ -56,14 +57,16 @@ class Translation:
         return aggregate(self.attention)
 
     def alignment_record(self, index: int, layer: int | str = -2, heads: str | list[int] = "mean",
-                         include_eos: bool = False):
-        """This translation's attention as an ``AlignmentRecord`` (word merge, Pharaoh links)."""
+                         include_eos: bool = False, method: str = "argmax", threshold: float = 0.3):
+        """This translation's attention as an ``AlignmentRecord`` (word merge, Pharaoh links);
+        ``method`` "argmax" | "threshold" extracts the hard links (see seq2seq.alignment)."""
         from .alignment import AlignmentRecord
 
         if self.attention is None:
             raise ValueError("translate with need_attention=True to get alignments")
         return AlignmentRecord.build(index, self.source, self.text, self.src_pieces, self.tgt_pieces,
-                                     self.attention, layer=layer, heads=heads, include_eos=include_eos)
+                                     self.attention, layer=layer, heads=heads, include_eos=include_eos,
+                                     method=method, threshold=threshold)
 
 
 class Translator:
@@ -162,6 +165,7 @@ class Translator:
                 source=source, text=self.tokenizer.decode(hyp.tokens), tokens=list(hyp.tokens),
                 score=float(hyp.score), log_prob=float(hyp.log_prob), src_pieces=src_pieces,
                 tgt_pieces=self.tokenizer.pieces(list(hyp.tokens) + [EOS_ID]), attention=attention,
+                src_tokens=list(src_ids),
             ))
         best = alternatives[0]
         best.alternatives = alternatives

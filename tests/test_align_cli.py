@@ -1,0 +1,194 @@
+"""Alignment export from real models (greedy and beam), translate.py --alignments/--plot-dir/
+--attribution end to end, the AER command and the faithfulness benchmark on a tiny checkpoint."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from seq2seq import align, bench_faithfulness
+from seq2seq.alignment import alignment_error_rate, merge_to_words, parse_pharaoh, read_pharaoh_file
+from seq2seq.config import ModelConfig, RunConfig
+from seq2seq.models import build_model
+from seq2seq.training import train
+from seq2seq.translator import Translator
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ["twenty-one", "three hundred and five", "", "seven thousand and twelve"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    """A tiny 2-layer, 2-head Transformer trained for a few steps on the toy corpus."""
+    out = tmp_path_factory.mktemp("align") / "run"
+    cfg = RunConfig.from_dict({
+        "model": {"arch": "transformer", "d_model": 32, "heads": 2, "ff_size": 64, "layers": 2, "dropout": 0.1},
+        "data": {"toy_size": 300, "vocab_size": 120, "max_tokens": 400, "cache_dir": str(out.parent / "cache")},
+        "train": {"max_steps": 8, "eval_every": 0, "warmup_steps": 4, "lr": 3e-3, "log_every": 4, "seed": 3,
+                  "threads": 1},
+    })
+    cfg.output_dir = str(out)
+    train(cfg, quiet=True)
+    return out / "best.pt"
+
+
+def translate_main(argv: list[str]) -> int:
+    """translate.py's main, run in this process (same code path as the script, no interpreter start)."""
+    spec = importlib.util.spec_from_file_location("translate_script", ROOT / "translate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main(argv)
+
+
+@pytest.mark.parametrize("arch", ["rnn", "transformer"])
+@pytest.mark.parametrize("beam", [1, 3])
+def test_exported_attention_rows_sum_to_one(tiny_tokenizer, arch, beam):
+    torch.manual_seed(0)
+    options = (dict(embed_dim=32, hidden_size=32, decoder_hidden_size=32) if arch == "rnn"
+               else dict(d_model=32, heads=2, ff_size=64, layers=2))
+    model = build_model(ModelConfig(arch=arch, vocab_size=tiny_tokenizer.vocab_size, dropout=0.0, **options))
+    translator = Translator(model, tiny_tokenizer)
+    results = translator.translate(SOURCES, beam_size=beam, n_best=beam, max_len_ratio=1.0)
+    for index, t in enumerate(results):
+        for hyp in t.alternatives if t.attention is not None else []:
+            assert hyp.attention.shape[-2:] == (len(hyp.tgt_pieces), len(hyp.src_pieces))
+            np.testing.assert_allclose(hyp.attention.sum(-1), 1.0, rtol=1e-5)  # before any merge
+            words = merge_to_words(hyp.attention, hyp.src_pieces, hyp.tgt_pieces)
+            np.testing.assert_allclose(words.sum(-1), 1.0, rtol=1e-5)  # EOS kept: still 1
+        if not SOURCES[index]:
+            assert t.attention is None
+            continue
+        record = t.alignment_record(index)
+        sure, _ = parse_pharaoh(record.pharaoh_word)
+        assert all(i < len(record.src_words) and j < len(record.tgt_words) for i, j in sure)  # no EOS
+        assert "</s>" not in record.src_words + record.tgt_words
+        with_eos = t.alignment_record(index, include_eos=True)
+        assert with_eos.src_words[-1] == with_eos.tgt_words[-1] == "</s>"
+        np.testing.assert_allclose(with_eos.words.sum(-1), 1.0, rtol=1e-5)
+
+
+def test_translate_alignments_plots_and_attribution_end_to_end(checkpoint, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
+    out, plots = tmp_path / "align.jsonl", tmp_path / "plots"
+    code = translate_main(["--checkpoint", str(checkpoint), "--input", str(src), "--output", str(tmp_path / "hyp"),
+                           "--alignments", str(out), "--plot-dir", str(plots), "--beam-size", "2", "--quiet",
+                           "--attribution", "occlusion", "gradient"])
+    assert code == 0
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == len(SOURCES)  # one record per input line, the empty one included
+    npz = np.load(tmp_path / "align.npz")
+    for index, line in enumerate(lines):
+        rec = json.loads(line)
+        assert rec["index"] == index and rec["source"] == SOURCES[index]
+        keys = {"src_words", "tgt_words", "word_matrix", "subword_matrix", "pharaoh_word", "attention_shape"}
+        assert keys <= rec.keys()
+        assert rec["word_shape"] == [len(rec["tgt_words"]), len(rec["src_words"])]
+        sure, _ = parse_pharaoh(rec["pharaoh_word"])
+        assert all(i < len(rec["src_words"]) and j < len(rec["tgt_words"]) for i, j in sure)
+        assert npz[f"s{index}_attention"].shape == tuple(rec["attention_shape"])
+        if not SOURCES[index]:
+            assert rec["attention_shape"][2:] == [0, 0] and "attribution" not in rec
+            continue
+        assert rec["attention_shape"][:2] == [2, 2]
+        for method in ("occlusion", "gradient"):
+            entry = rec["attribution"][method]
+            rows, cols = len(rec["tgt_pieces"]) + 1, len(rec["src_pieces"]) + 1
+            assert entry["raw_shape"] == [rows, cols] and entry["word_shape"] == rec["word_shape"]
+            assert npz[f"s{index}_attr_{method}_raw"].shape == (rows, cols)
+            assert npz[f"s{index}_attr_{method}_words"].shape == tuple(rec["word_shape"])
+        for name in (f"{index:05d}.png", f"{index:05d}_grid.png", f"{index:05d}_attribution.png"):
+            assert (plots / name).stat().st_size > 0, name
+    assert not list(tmp_path.rglob(".*.tmp"))
+
+
+def test_translate_eos_threshold_and_bad_layer(checkpoint, tmp_path, capsys):
+    src = tmp_path / "in.txt"
+    src.write_text("twenty-one\n", encoding="utf-8")
+    out = tmp_path / "a.jsonl"
+    assert translate_main(["--checkpoint", str(checkpoint), "--input", str(src), "--output", str(tmp_path / "hyp"),
+                           "--alignments", str(out), "--include-eos", "--align-method", "threshold",
+                           "--align-threshold", "0.2", "--layer", "1", "--heads", "0", "--quiet"]) == 0
+    rec = json.loads(out.read_text(encoding="utf-8"))
+    assert rec["src_words"][-1] == "</s>" and rec["method"] == "threshold" and rec["threshold"] == 0.2
+    assert rec["layer_used"] == 1 and rec["heads"] == [0]
+    assert translate_main(["--checkpoint", str(checkpoint), "--input", str(src), "--alignments",
+                           str(tmp_path / "b.jsonl"), "--layer", "5"]) == 2
+    assert "--layer 5" in capsys.readouterr().err and not (tmp_path / "b.jsonl").exists()
+
+
+@pytest.fixture()
+def gold_files(tmp_path) -> dict[str, Path]:
+    files = {"src": "twenty-one\nthree hundred and five\nseven\n",
+             "tgt": "ein und zwanzig\ndrei hundert fünf\nsieben\n",
+             "gold": "0-0 0?1 0-2\n0-0 1-1 3-2 2?2\n0-0\n"}
+    paths = {}
+    for name, text in files.items():
+        paths[name] = tmp_path / name
+        paths[name].write_text(text, encoding="utf-8")
+    return paths
+
+
+def test_align_command_scores_and_writes_pharaoh(checkpoint, gold_files, tmp_path, capsys):
+    links = tmp_path / "links.txt"
+    argv = ["--checkpoint", str(checkpoint), "--source", str(gold_files["src"]), "--target",
+            str(gold_files["tgt"]), "--gold", str(gold_files["gold"]), "--json"]
+    assert align.main(argv + ["--output", str(links)]) == 0
+    scores = json.loads(capsys.readouterr().out.splitlines()[-1])
+    predicted, _ = read_pharaoh_file(links)  # parses back
+    sure, possible = read_pharaoh_file(gold_files["gold"])
+    expected = alignment_error_rate(predicted, sure, possible)
+    assert scores["forward"]["aer"] == pytest.approx(expected.aer)
+    assert scores["forward"]["precision"] == pytest.approx(expected.precision)
+    assert [len(p) for p in predicted] == [3, 3, 1]  # argmax: one link per target word
+    # the same model as a "backward" (target->source) one: its links come back as (src, tgt)
+    assert align.main(argv + ["--backward-checkpoint", str(checkpoint), "--output", str(links)]) == 0
+    scores = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert set(scores) == {"forward", "backward", "intersection", "grow-diag-final"}
+    both, _ = read_pharaoh_file(links)  # default output: the intersection
+    n_src, n_tgt = [1, 4, 1], [3, 3, 1]
+    for links_i, s, t in zip(both, n_src, n_tgt):
+        assert all(i < s and j < t for i, j in links_i)
+    assert scores["intersection"]["predicted"] <= scores["forward"]["predicted"]
+
+
+def test_align_command_errors(checkpoint, gold_files, tmp_path, capsys):
+    short = tmp_path / "short.txt"
+    short.write_text("ein und zwanzig\n", encoding="utf-8")
+    code = align.main(["--checkpoint", str(checkpoint), "--source", str(gold_files["src"]),
+                       "--target", str(short), "--gold", str(gold_files["gold"])])
+    err = capsys.readouterr().err
+    assert code == 2 and str(short) in err and str(gold_files["src"]) in err and "3 lines" in err and "has 1" in err
+    bad = tmp_path / "bad.gold"
+    bad.write_text("0-0\n0-9\n0-0\n", encoding="utf-8")
+    code = align.main(["--checkpoint", str(checkpoint), "--source", str(gold_files["src"]),
+                       "--target", str(gold_files["tgt"]), "--gold", str(bad)])
+    assert code == 2 and "line 2" in capsys.readouterr().err
+
+
+def test_faithfulness_benchmark_record(checkpoint, tmp_path, capsys):
+    src = tmp_path / "src.txt"
+    src.write_text("twenty-one\nthree hundred and five\n\nseven thousand and twelve\n", encoding="utf-8")
+    out = tmp_path / "bench" / "faith.json"
+    assert bench_faithfulness.main(["--checkpoint", str(checkpoint), "--source", str(src), "--sentences", "3",
+                                    "--top-k", "1", "2", "--out", str(out), "--quiet", "--device", "cpu"]) == 0
+    record = json.loads(out.read_text(encoding="utf-8"))
+    assert record["settings"]["sentences_read"] == 3 and record["settings"]["top_k"] == [1, 2]
+    assert set(record["results"]) == {"attention", "gradient", "occlusion", "random"}
+    assert {"torch", "seq2seq"} <= record["versions"].keys() and "platform" in record["machine"]
+    for by_k in record["results"].values():
+        for summary in by_k.values():
+            assert summary["sentences"] == 0 or np.isfinite(summary["mean_drop"])
+    assert "| occlusion |" in capsys.readouterr().out and out.with_suffix(".md").is_file()

@@ -1,0 +1,167 @@
+"""Attribution: layout, gradient x input against finite differences, integrated-gradients
+completeness, an ignored token gets exactly zero, eval mode / autograd from inference code."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from seq2seq.alignment import merge_to_words
+from seq2seq.attribution import (Attribution, attribute, gradient_x_input, integrated_gradients,
+                                 occlusion, teacher_force)
+from seq2seq.config import ModelConfig
+from seq2seq.models import build_model
+
+PAD, BOS, EOS = 0, 2, 3
+SRC = [5, 6, 7, 8, 9, EOS]  # S = 5 tokens + EOS
+TGT = [4, 10, 11, 6]  # T = 4 tokens (+ EOS row)
+ARCHS = {
+    "bahdanau": dict(arch="rnn", attention="bahdanau", embed_dim=16, hidden_size=16, decoder_hidden_size=24),
+    "luong": dict(arch="rnn", attention="luong-general", embed_dim=16, hidden_size=16, decoder_hidden_size=24),
+    "transformer": dict(arch="transformer", d_model=32, heads=2, ff_size=64, layers=2),
+}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def make(arch: str, dropout: float = 0.0, **extra) -> nn.Module:
+    torch.manual_seed(0)
+    return build_model(ModelConfig(vocab_size=12, dropout=dropout, **ARCHS[arch], **extra)).eval()
+
+
+def log_prob(model, src_ids, t: int, edit=None) -> float:
+    """f_t = log p(y_t | y_<t, x) by a plain forward pass; ``edit`` changes the source embedding
+    output (B, S, D) in place (found by the input tensor's identity, as the module under test does)."""
+    src = torch.tensor([src_ids])
+    hooks = []
+    if edit is not None:
+        def hook(module, args, output):
+            if args[0] is src:
+                output = output.clone()
+                edit(output)
+                return output
+            return None
+        hooks = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, nn.Embedding)]
+    try:
+        with torch.no_grad():
+            logits, _ = model(src, src != PAD, torch.tensor([[BOS, *TGT]]))
+    finally:
+        for h in hooks:
+            h.remove()
+    return float(logits.double().log_softmax(-1)[0, t, (TGT + [EOS])[t]])
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_layout_matches_attention_and_rows_normalize(arch):
+    model = make(arch)
+    for method in ("gradient", "integrated-gradients", "occlusion"):
+        a = attribute(model, SRC, TGT, method, steps=4)
+        assert a.raw.shape == a.scores.shape == (len(TGT) + 1, len(SRC))  # (T+1, S+1) like attention
+        assert (a.scores >= 0).all() and np.isfinite(a.raw).all()
+        np.testing.assert_allclose(a.matrix.sum(-1), 1.0, rtol=1e-6)
+    occ = occlusion(model, SRC, TGT)
+    assert (occ.raw[:, -1] == 0).all()  # EOS is never removed
+    np.testing.assert_array_equal(occ.scores, np.maximum(occ.raw, 0))
+    pieces = ["▁a", "b", "▁c", "▁d", "e"]  # 3 words: rows still sum to 1 after the word merge
+    words = merge_to_words(occ.matrix, pieces + ["</s>"], ["▁x", "y", "▁z", "▁w", "</s>"])
+    np.testing.assert_allclose(words.sum(-1), 1.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_gradient_x_input_is_the_derivative_along_the_embedding(arch):
+    """raw[t, s] = sum_d g_{s,d} e_{s,d} = d/d eps f_t(e_s -> (1 + eps) e_s): central differences,
+    in float64, for every entry of the matrix."""
+    model = make(arch).double()
+    raw = gradient_x_input(model, SRC, TGT).raw
+    eps = 1e-5
+    for t in range(len(TGT) + 1):
+        for s in range(len(SRC)):
+            def scale(factor):
+                return lambda out: out[:, s].mul_(factor)
+            fd = (log_prob(model, SRC, t, scale(1 + eps)) - log_prob(model, SRC, t, scale(1 - eps))) / (2 * eps)
+            assert raw[t, s] == pytest.approx(fd, rel=1e-5, abs=1e-8), (t, s)
+    assert np.abs(raw).max() > 1e-3  # the check is not vacuous
+
+
+def test_integrated_gradients_completeness():
+    """sum_s IG[t, s] = f_t(x) - f_t(zero source embeddings) up to the midpoint rule's error, which
+    for a smooth model (GRU, tanh) shrinks as 1/steps^2: a quarter per doubling."""
+    model = make("bahdanau").double()
+    gaps = np.array([log_prob(model, SRC, t) - log_prob(model, SRC, t, lambda out: out.zero_())
+                     for t in range(len(TGT) + 1)])
+    errors = [np.abs(integrated_gradients(model, SRC, TGT, steps=m).raw.sum(-1) - gaps).max() for m in (8, 16)]
+    assert np.abs(gaps).max() > 1e-3
+    assert errors[1] < 1e-5 and errors[1] < errors[0] / 3
+
+
+def test_a_token_the_model_provably_ignores_gets_exactly_zero():
+    """Source positions carry no position information (learned positions set to 0) and the token
+    at position 2 is masked out of every attention (PAD id, but with a non-zero embedding): it has
+    no path to the output, so deleting it changes nothing and its gradient is exactly 0. The same
+    token unmasked does matter (so the assertions can fail)."""
+    model = make("transformer", positional="learned", max_positions=16)
+    with torch.no_grad():
+        model.src_embed.positions.weight.zero_()
+        model.src_embed.tokens.weight[PAD].normal_()
+    ignored = [5, 6, PAD, 7, EOS]
+    occ, grad = occlusion(model, ignored, TGT), gradient_x_input(model, ignored, TGT)
+    assert (occ.raw[:, 2] == 0).all() and (grad.raw[:, 2] == 0).all()
+    assert np.abs(occ.raw[:, [0, 1, 3]]).min() > 0 and np.abs(grad.raw[:, [0, 1, 3]]).min() > 0
+    seen = [5, 6, 9, 7, EOS]
+    assert np.abs(occlusion(model, seen, TGT).raw[:, 2]).max() > 1e-3
+    assert np.abs(gradient_x_input(model, seen, TGT).raw[:, 2]).max() > 1e-3
+
+
+@pytest.mark.parametrize("arch", ["bahdanau", "transformer"])
+def test_occlusion_is_the_log_prob_drop_of_deleting_the_token(arch):
+    model = make(arch)
+    raw = occlusion(model, SRC, TGT).raw
+    for s in (0, 3):
+        deleted = SRC[:s] + SRC[s + 1:]
+        for t in range(len(TGT) + 1):
+            expected = log_prob(model, SRC, t) - log_prob(model, deleted, t)
+            assert raw[t, s] == pytest.approx(expected, abs=1e-5)
+
+
+def test_teacher_force_batches_like_single_sentences():
+    model = make("transformer")
+    sources, targets = [SRC, [7, 8, EOS], [5, EOS]], [TGT, [9], []]
+    batched, attention = teacher_force(model, sources, targets, need_attention=True, batch_size=2)
+    for src, tgt, lp, attn in zip(sources, targets, batched, attention):
+        assert lp.shape == (len(tgt) + 1,) and attn.shape == (2, 2, len(tgt) + 1, len(src))
+        np.testing.assert_allclose(attn.sum(-1), 1.0, rtol=1e-5)
+        [single], _ = teacher_force(model, [src], [tgt])
+        np.testing.assert_allclose(lp, single, atol=1e-5)
+
+
+def test_runs_from_inference_code_in_eval_mode_and_restores_training():
+    model = make("luong", dropout=0.5).train()
+    with torch.inference_mode():
+        first = gradient_x_input(model, SRC, TGT).raw
+        second = gradient_x_input(model, SRC, TGT).raw
+        occ = occlusion(model, SRC, TGT).raw
+    np.testing.assert_array_equal(first, second)  # no dropout: eval mode inside
+    np.testing.assert_array_equal(occ, occlusion(model, SRC, TGT).raw)
+    assert model.training  # the caller's mode is restored
+    assert all(p.grad is None for p in model.parameters())  # no gradients left on the weights
+
+
+def test_record_and_json_entry():
+    model = make("transformer")
+    a = attribute(model, SRC, TGT, "occlusion")
+    src_pieces, tgt_pieces = ["▁a", "b", "▁c", "▁d", "▁e"], ["▁x", "y", "▁z", "▁w"]
+    record = a.record(0, "ab c d e", "xy z w", src_pieces, tgt_pieces)
+    assert record.words.shape == (3, 4) and record.subword.shape == (4, 5)  # EOS dropped
+    entry = a.to_json(record)
+    assert entry["raw_shape"] == [5, 6] and entry["method"] == "occlusion"
+    assert {"word_matrix", "subword_matrix", "pharaoh_word", "raw_matrix"} <= entry.keys()
+    with pytest.raises(Exception, match="unknown attribution method"):
+        attribute(model, SRC, TGT, "saliency")
+    assert isinstance(a, Attribution)
