@@ -29,7 +29,7 @@ from typing import Sequence
 
 
 from .alignment import (AlignmentRecord, AlignmentScores, Link, alignment_error_rate, extract_links,
-                        grow_diag_final, intersect_alignments, read_pharaoh_file, to_pharaoh,
+                        grow_diag_final, intersect_alignments, read_gold_alignments, to_pharaoh,
                         transpose_links, words_from_pieces)
 from .attribution import teacher_force
 from .cli import run_cli
@@ -71,20 +71,10 @@ def _read_parallel(args: argparse.Namespace) -> tuple[list[str], list[str], list
         if not Path(path).is_file():
             raise UserError(f"{flag} {path}: no such file")
     sources, targets = list(read_lines(args.source)), list(read_lines(args.target))
-    sure, possible = read_pharaoh_file(args.gold)
-    for (name_a, a), (name_b, b) in ((("--source " + args.source, sources), ("--target " + args.target, targets)),
-                                     (("--source " + args.source, sources), ("--gold " + args.gold, sure))):
-        if len(a) != len(b):
-            raise UserError(f"{name_a} has {len(a)} lines but {name_b} has {len(b)}; "
-                            "they must correspond line by line")
-    for number, (src, tgt, gold) in enumerate(zip(sources, targets, possible), start=1):
-        n_src, n_tgt = len(src.split()), len(tgt.split())
-        bad = sorted((i, j) for i, j in gold if i >= n_src or j >= n_tgt)
-        if bad:
-            i, j = bad[0]
-            raise UserError(f"--gold {args.gold} line {number}: link {i}-{j} is outside the sentence "
-                            f"pair ({n_src} source x {n_tgt} target words, 0-based); are the files "
-                            "tokenized the same way as the gold alignments?")
+    if len(sources) != len(targets):
+        raise UserError(f"--source {args.source} has {len(sources)} lines but --target {args.target} has "
+                        f"{len(targets)}; they must correspond line by line")
+    sure, possible = read_gold_alignments(args.gold, sources, targets)
     return sources, targets, sure, possible
 
 

@@ -368,6 +368,25 @@ def read_pharaoh_file(path: str | os.PathLike) -> tuple[list[set[Link]], list[se
 # ----------------------------------------------------------------------------- AER
 
 
+def read_gold_alignments(path: str | os.PathLike, sources: Sequence[str], targets: Sequence[str],
+                         flag: str = "--gold") -> tuple[list[set[Link]], list[set[Link]]]:
+    """Gold (sure, possible) links for sentence pairs, one Pharaoh line per pair, checked to index
+    the whitespace-separated words of each source and target (0-based, source-target)."""
+    sure, possible = read_pharaoh_file(path)
+    if len(sure) != len(sources):
+        raise UserError(f"{flag} {path} has {len(sure)} lines but there are {len(sources)} sentence "
+                        "pairs; give one Pharaoh line (src-tgt word links) per pair")
+    for line, (links, src, tgt) in enumerate(zip(possible, sources, targets), start=1):
+        n_src, n_tgt = len(src.split()), len(tgt.split())
+        bad = sorted((i, j) for i, j in links if i >= n_src or j >= n_tgt)
+        if bad:
+            i, j = bad[0]
+            raise UserError(f"{flag} {path} line {line}: link {i}-{j} is outside the sentence pair "
+                            f"({n_src} source x {n_tgt} target words); gold links must index the "
+                            "whitespace-separated words, 0-based, source-target")
+    return sure, possible
+
+
 @dataclass
 class AlignmentScores:
     """Corpus-level alignment quality (Och & Ney 2003); counts are summed over sentences."""

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from . import __version__
-from .alignment import AlignmentRecord, alignment_error_rate, argmax_alignment, read_pharaoh_file
+from .alignment import AlignmentRecord, alignment_error_rate, argmax_alignment, read_gold_alignments
 from .checkpoint import load_checkpoint
 from .cli import run_cli
 from .data.files import read_lines
@@ -356,24 +356,6 @@ def forced_attentions(translator: Translator, sources: Sequence[str], targets: S
 def forced_attention(translator: Translator, source: str, target: str) -> AlignmentRecord:
     """One sentence pair of ``forced_attentions``."""
     return forced_attentions(translator, [source], [target])[0]
-
-
-def read_gold(path: Path, sources: list[str], references: list[str]) -> tuple[list, list]:
-    """Gold (sure, possible) links, one Pharaoh line per test pair, indices within the
-    whitespace-separated words of source and reference."""
-    sure, possible = read_pharaoh_file(path)
-    if len(sure) != len(sources):
-        raise UserError(f"--gold {path} has {len(sure)} lines but --source has {len(sources)}; "
-                        "give one Pharaoh line (src-tgt word links) per sentence pair")
-    for line, (links, src, ref) in enumerate(zip(possible, sources, references), start=1):
-        n_src, n_ref = len(src.split()), len(ref.split())
-        bad = sorted((i, j) for i, j in links if i >= n_src or j >= n_ref)
-        if bad:
-            i, j = bad[0]
-            raise UserError(f"--gold {path}, line {line}: link {i}-{j} is outside the {n_src} source x "
-                            f"{n_ref} reference words; gold links must index the whitespace-separated "
-                            "words of --source and --reference, 0-based, source-target")
-    return sure, possible
 
 
 def gold_aer(translator: Translator, sources: list[str], references: list[str], sure: list,
@@ -835,7 +817,7 @@ def compare(args: argparse.Namespace) -> Path:
     sources, references = read_test_set(args.source_path, args.reference_path)
     if args.sentence_ids is not None:
         args.sentence_ids = check_sentence_ids(args.sentence_ids, sources)
-    gold = read_gold(Path(args.gold), sources, references) if args.gold else None
+    gold = read_gold_alignments(args.gold, sources, references) if args.gold else None
     out = Path(args.out)
     check_out_dir(out)
     checkpoints = [resolve_checkpoint(run) for run in args.runs]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from seq2seq.tokenizer import Tokenizer
 from seq2seq.toy import toy_corpus
@@ -29,3 +30,12 @@ def tiny_tokenizer(toy_dd) -> Tokenizer:
     """A joint model over the toy corpus plus a few German/English sentences."""
     texts = list(toy_dd["train"]["src"]) + list(toy_dd["train"]["tgt"]) + TINY_TEXTS * 5
     return Tokenizer.train(texts, vocab_size=200, model_type="unigram")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread():
+    """Tests use tiny tensors: one thread is fastest and does not fight other processes for cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

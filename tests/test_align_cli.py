@@ -21,12 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ["twenty-one", "three hundred and five", "", "seven thousand and twelve"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -9,13 +9,6 @@ from seq2seq.attention import (
 from seq2seq.errors import UserError
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one thread is fastest and does not fight other processes for the 2 cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _mask(lengths, width):

@@ -23,12 +23,6 @@ ARCHS = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def make(arch: str, dropout: float = 0.0, **extra) -> nn.Module:

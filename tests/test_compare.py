@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from seq2seq.compare import (
     check_sentence_ids,
@@ -28,7 +27,6 @@ from seq2seq.toy import toy_corpus
 from seq2seq.training import train
 from seq2seq.translator import Translator
 
-torch.set_num_threads(1)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 QUALITY_HEADER = ["system", "model", "parameters", "BLEU", "p BLEU (BS / AR)", "chrF", "p chrF (BS / AR)",

@@ -12,13 +12,6 @@ PAD, BOS, EOS = 0, 2, 3
 VOCAB = 12  # 4 specials + 8 symbols
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one thread is fastest and does not fight other processes for the 2 cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 RNN = dict(arch="rnn", embed_dim=32, hidden_size=32, decoder_hidden_size=64)
 TRANSFORMER = dict(arch="transformer", d_model=32, heads=4, ff_size=64, layers=2)

@@ -11,13 +11,6 @@ from test_models import BOS, EOS, PAD, make_model, reverse_batch, train
 ARCHS = ["bahdanau", "luong-no-feeding", "transformer-pre"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one thread is fastest and does not fight other processes for the 2 cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module", params=ARCHS)

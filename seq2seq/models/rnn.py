@@ -22,7 +22,6 @@ target share one embedding table (joint vocabulary).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
