@@ -37,6 +37,8 @@ def main(argv=None) -> int:
         name = cfg.model.arch + (f"-{cfg.model.attention}" if cfg.model.arch == "rnn" else "")
         cfg.output_dir = f"checkpoints/{time.strftime('%Y%m%d-%H%M%S')}-{name}"
     result = train(cfg, resume=args.resume, quiet=args.quiet, final_test=args.final_test)
+    if result.rank != 0:  # torchrun: rank 0 reports
+        return 0
     print(f"run: {result.output_dir}")
     for score in result.test_scores.values():
         print(f"test {score}")

@@ -87,6 +87,9 @@ class DataConfig:
     num_proc: int = 1
     cache_dir: str = "data/cache"  # encoded corpora, reused across runs
     toy_size: int = 0  # >0: train on the embedded toy corpus with this many training pairs
+    streaming: bool = False  # read, tokenize and batch the training split on the fly (corpora past RAM)
+    shuffle_buffer: int = 10_000  # streaming: pairs held in the shuffle buffer
+    stream_window: int = 100  # streaming: sort by length within windows of this many batches
 
 
 @dataclass

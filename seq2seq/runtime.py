@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .distributed import env_rank
 from .errors import UserError
 
 
@@ -52,8 +53,8 @@ def autocast(device: torch.device, precision: str):
 
 
 def log(event: str, quiet: bool = False, **fields: Any) -> None:
-    """One plain ``event key=value ...`` line on stderr, easy to grep and parse."""
-    if quiet:
+    """One plain ``event key=value ...`` line on stderr, easy to grep and parse (rank 0 only under torchrun)."""
+    if quiet or env_rank() != 0:
         return
     parts = [event]
     for key, value in fields.items():
@@ -66,11 +67,14 @@ def log(event: str, quiet: bool = False, **fields: Any) -> None:
 class JsonlLog:
     """Append-only metrics log, one JSON object per line (flushed, so a killed run keeps its lines)."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, enabled: bool = True) -> None:
         self.path = path
+        self.enabled = enabled  # False on the secondary ranks of a distributed run
         self.start = time.time()
 
     def write(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
 

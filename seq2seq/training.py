@@ -11,6 +11,15 @@ epoch, so an interrupted run ends with the same weights as an uninterrupted one.
 limits (``max_steps``, ``max_epochs``, ``max_minutes``, ``patience``) are taken from the command
 line of the resumed run; everything else comes from the checkpoint. ``max_minutes`` counts the
 wall-clock time of all sessions of the run together.
+
+Distributed (``torchrun``, see ``seq2seq.distributed``): every rank trains on its own shard of each
+epoch's batches, in lockstep; the loss of a step is normalised by its target tokens over all ranks, so
+N ranks with ``accumulate`` A compute the same update as one process with accumulate N*A over the
+same batches. Rank 0 alone validates (the others wait for its scores), writes checkpoints, logs,
+metrics and the summary, and decides ``max_minutes``; every other decision follows from values all
+ranks share. ``last.pt`` holds every rank's RNG state (``rng_ranks``), so a resume with the same
+number of ranks is exact; with another number, rank 0 takes the saved state, the others reseed
+from (seed, rank, step), and the position in the epoch is converted (a few batches may repeat).
 """
 from __future__ import annotations
 
@@ -18,18 +27,19 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 
+from . import distributed
 from .checkpoint import bytes_to_tensor, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .config import RunConfig
 from .corpus import PreparedCorpus
 from .errors import UserError
 from .evaluation import corpus_scores
 from .models import build_model
-from .runtime import JsonlLog, autocast, log, peak_rss_mb, resolve_device
+from .runtime import JsonlLog, autocast, log, peak_rss_mb, resolve_device, seed_everything
 from .tokenizer import PAD_ID
 from .translator import Translator
 
@@ -48,8 +58,17 @@ class Progress:
     evals_without_improvement: int = 0
     elapsed: float = 0.0  # seconds, summed over sessions
     train_seconds: float = 0.0  # seconds inside training steps only
-    tgt_tokens: int = 0
+    tgt_tokens: int = 0  # over all ranks
     stopped: str = ""
+    world_size: int = 1  # processes that trained; batch_in_epoch counts the batches of each
+
+
+class StepGroup(list):
+    """The micro-batches of one optimizer step on this rank, with the step's target tokens over all ranks."""
+
+    def __init__(self, batches: list, tokens: int) -> None:
+        super().__init__(batches)
+        self.tokens = tokens
 
 
 @dataclass
@@ -61,6 +80,7 @@ class TrainResult:
     test_scores: dict[str, Any] = field(default_factory=dict)
     parameters: int = 0
     peak_rss_mb: float = 0.0
+    rank: int = 0  # under torchrun, only rank 0's result has test scores and reports
 
     @property
     def tokens_per_second(self) -> float:
@@ -122,24 +142,26 @@ class Trainer:
         self.cfg = cfg
         self.corpus = corpus
         self.quiet = quiet
-        self.device = resolve_device(cfg.train.device)
+        self.device = distributed.local_device(resolve_device(cfg.train.device))
+        self.rank, self.world, self.main = distributed.rank(), distributed.world_size(), distributed.is_main()
         self.out = Path(cfg.output_dir)
         self.model = build_model(cfg.model).to(self.device)
         self.optimizer = build_optimizer(self.model, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.train.precision == "fp16")
-        self.progress = Progress()
-        self.metrics = JsonlLog(self.out / "metrics.jsonl")
+        self.progress = Progress(world_size=self.world)
+        self.metrics = JsonlLog(self.out / "metrics.jsonl", enabled=self.main)
+        if self.world > 1:
+            seed_everything(cfg.train.seed + self.rank)  # same initial weights, own dropout noise per rank
         self._rng_at_step = rng_state()
         autocast(self.device, cfg.train.precision)  # validate --precision early
         self.step_fn = self._train_step
-        if cfg.train.compile:
-            self.forward = torch.compile(self.model)
-        else:
-            self.forward = self.model
+        self.ddp = distributed.wrap_model(self.model, self.device)  # the model itself in one process
+        self.forward = compile_model(self.ddp) if cfg.train.compile else self.ddp
 
     # ----------------------------------------------------------------- state
-    def state(self) -> dict[str, Any]:
+    def state(self, rng_ranks: list | None = None) -> dict[str, Any]:
+        extra = {"rng_ranks": rng_ranks} if rng_ranks is not None else {}
         return {
             "config": self.cfg.to_dict(),
             "tokenizer": bytes_to_tensor(self.corpus.tokenizer.to_bytes()),
@@ -149,12 +171,20 @@ class Trainer:
             "scaler": self.scaler.state_dict(),
             "progress": vars(self.progress).copy(),
             "rng": self._rng_at_step,
+            **extra,
         }
 
-    def save(self, name: str) -> Path:
+    def save(self, name: str, rng_ranks: list | None = None) -> Path | None:
+        """Write checkpoint ``name`` on rank 0 (other ranks write nothing and get None)."""
+        if not self.main:
+            return None
         path = self.out / name
-        save_checkpoint(path, self.state())
+        save_checkpoint(path, self.state(rng_ranks))
         return path
+
+    def _save_last(self) -> None:
+        """``last.pt`` with every rank's RNG state; all ranks must call this at the same step."""
+        self.save("last.pt", distributed.gather(self._rng_at_step))
 
     def restore(self, path: Path) -> None:
         payload = load_checkpoint(path)
@@ -164,44 +194,83 @@ class Trainer:
         self.scaler.load_state_dict(payload["scaler"])
         self.progress = Progress(**payload["progress"])
         self.progress.stopped = ""
-        set_rng_state(payload["rng"])
-        self._rng_at_step = payload["rng"]
+        self._restore_rng(payload)
+        self._reshard_position()
+
+    def _restore_rng(self, payload: dict[str, Any]) -> None:
+        states = payload.get("rng_ranks")
+        if states is not None and len(states) == self.world:
+            state = states[self.rank]
+        elif self.rank == 0:
+            state = payload["rng"]
+        else:  # the run had another number of ranks: a fresh, reproducible stream for this rank
+            seed_everything(self.cfg.train.seed + self.rank + 1_000_003 * self.progress.step)
+            state = rng_state()
+        set_rng_state(state)
+        self._rng_at_step = state
+
+    def _reshard_position(self) -> None:
+        """Map the position inside the epoch to this number of ranks (exact when it did not change)."""
+        p = self.progress
+        if p.world_size != self.world and p.batch_in_epoch:
+            converted = p.batch_in_epoch * p.world_size // self.world
+            log("resume_ranks_changed", saved_ranks=p.world_size, ranks=self.world,
+                batch_in_epoch=f"{p.batch_in_epoch}->{converted}")
+            p.batch_in_epoch = converted
+        p.world_size = self.world
 
     # ----------------------------------------------------------------- loop
     def fit(self) -> Progress:
-        tc = self.cfg.train
         bar = self._progress_bar()
         session_start = time.time() - self.progress.elapsed
         try:
             while not self.progress.stopped:
-                for group in self._batch_groups():
-                    t0 = time.time()
-                    loss, tokens = self.step_fn(group)
-                    self.progress.train_seconds += time.time() - t0
-                    self.progress.tgt_tokens += tokens
-                    self.progress.step += 1
-                    self.progress.batch_in_epoch += len(group)
-                    self.progress.elapsed = time.time() - session_start
-                    self._rng_at_step = rng_state()  # what a resume after this step restores
-                    self._after_step(loss, tokens, bar)
+                first_step, whole_epoch = self.progress.step, self.progress.batch_in_epoch == 0
+                for group in self._step_groups():
+                    self._step(group, bar, session_start)
                     if self._should_stop():
                         break
                 else:
-                    self.progress.epoch += 1
-                    self.progress.batch_in_epoch = 0
-                    if tc.max_epochs and self.progress.epoch >= tc.max_epochs:
-                        self.progress.stopped = "max_epochs"
+                    self._end_epoch(no_step=whole_epoch and self.progress.step == first_step)
         except KeyboardInterrupt:
             self.progress.stopped = "interrupted"  # checkpoint = state after the last completed step
             log("interrupted", step=self.progress.step, checkpoint=self.out / "last.pt")
         finally:
             bar.close()
-        if self.progress.stopped != "interrupted" and self.progress.step % max(tc.eval_every, 1):
-            self._evaluate_and_checkpoint()
-        self.save("last.pt")
-        if not (self.out / "best.pt").exists():
-            self.save("best.pt")
+        self._final_checkpoints()
         return self.progress
+
+    def _step(self, group: StepGroup, bar, session_start: float) -> None:
+        t0 = time.time()
+        loss, tokens = self.step_fn(group)
+        p = self.progress
+        p.train_seconds += time.time() - t0
+        p.tgt_tokens += tokens
+        p.step += 1
+        p.batch_in_epoch += len(group)
+        p.elapsed = time.time() - session_start
+        self._rng_at_step = rng_state()  # what a resume after this step restores
+        self._after_step(loss, tokens, bar)
+
+    def _end_epoch(self, no_step: bool) -> None:
+        p, tc = self.progress, self.cfg.train
+        if no_step:  # would loop forever
+            raise UserError(_NO_STEP.format(epoch=p.epoch, groups=tc.accumulate))
+        p.epoch += 1
+        p.batch_in_epoch = 0
+        if tc.max_epochs and p.epoch >= tc.max_epochs:
+            p.stopped = "max_epochs"
+
+    def _final_checkpoints(self) -> None:
+        if self.progress.stopped == "interrupted":
+            with distributed.ignore_interrupts():  # ranks may stop at different places: no collective
+                self.save("last.pt")
+        else:
+            if self.progress.step % max(self.cfg.train.eval_every, 1):
+                self._evaluate_and_checkpoint()
+            self._save_last()
+        if self.main and not (self.out / "best.pt").exists():
+            self.save("best.pt")
 
     def _batch_groups(self) -> Iterator[list]:
         """Groups of ``accumulate`` batches from the current epoch, resuming mid-epoch."""
@@ -213,18 +282,32 @@ class Trainer:
                 yield group
                 group = []
 
-    def _train_step(self, group: list) -> tuple[float, int]:
-        """One optimizer update from ``group`` micro-batches; loss is per target token."""
+    def _step_groups(self) -> Iterator[StepGroup]:
+        """``_batch_groups`` with each step's target tokens over all ranks; all ranks stop together."""
+        count = lambda group: sum(b.num_tgt_tokens for b in group)  # noqa: E731
+        for group, tokens in distributed.lockstep(self._batch_groups(), count):
+            yield StepGroup(group, tokens)
+
+    def _train_step(self, group: StepGroup | list) -> tuple[float, int]:
+        """One optimizer update from ``group`` micro-batches; loss is per target token of the step.
+
+        Each rank backpropagates sum(loss) / (tokens / world); DDP averages gradients over the world
+        ranks, giving sum over all ranks' batches of loss / tokens, as one process would compute.
+        ``tokens`` counts all ranks (``StepGroup.tokens``; a plain list counts its own batches).
+        """
         self.model.train()
-        total_tokens = sum(b.num_tgt_tokens for b in group)
+        total_tokens = group.tokens if isinstance(group, StepGroup) else sum(b.num_tgt_tokens for b in group)
+        normaliser = total_tokens / self.world
         total_loss = 0.0
-        for batch in group:
+        for i, batch in enumerate(group):
             batch = batch.to(self.device)
-            with autocast(self.device, self.cfg.train.precision):
-                logits, _ = self.forward(batch.src, batch.src_mask, batch.tgt_in)
-            loss = sequence_loss(logits, batch.tgt_out, self.cfg.train.label_smoothing)
-            self.scaler.scale(loss / total_tokens).backward()
+            with distributed.no_sync(self.ddp, sync=i == len(group) - 1):
+                with autocast(self.device, self.cfg.train.precision):
+                    logits, _ = self.forward(batch.src, batch.src_mask, batch.tgt_in)
+                loss = sequence_loss(logits, batch.tgt_out, self.cfg.train.label_smoothing)
+                self.scaler.scale(loss / normaliser).backward()
             total_loss += loss.item()
+        [total_loss] = distributed.all_reduce_sum([total_loss])
         self.scaler.unscale_(self.optimizer)
         if self.cfg.train.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip_norm)
@@ -251,9 +334,10 @@ class Trainer:
 
     def _should_stop(self) -> bool:
         p, tc = self.progress, self.cfg.train
+        out_of_time = bool(tc.max_minutes) and distributed.broadcast_flag(p.elapsed >= tc.max_minutes * 60)
         if tc.max_steps and p.step >= tc.max_steps:
             p.stopped = "max_steps"
-        elif tc.max_minutes and p.elapsed >= tc.max_minutes * 60:
+        elif out_of_time:
             p.stopped = "max_minutes"
         elif tc.patience and p.evals_without_improvement >= tc.patience:
             p.stopped = "early_stopping"
@@ -262,7 +346,7 @@ class Trainer:
     # ----------------------------------------------------------------- evaluation
     def _evaluate_and_checkpoint(self) -> None:
         p = self.progress
-        scores = self.validate()
+        scores = distributed.broadcast(self.validate() if self.main else None)  # the others wait
         if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
             self.scheduler.step(scores["loss"])
         improved = scores["bleu"] > p.best_bleu
@@ -276,7 +360,7 @@ class Trainer:
             best_bleu=p.best_bleu, elapsed_s=round(p.elapsed))
         if improved:
             self.save("best.pt")
-        self.save("last.pt")
+        self._save_last()
 
     @torch.inference_mode()
     def validate(self) -> dict[str, float]:
@@ -302,14 +386,47 @@ class Trainer:
 
         total = self.cfg.train.max_steps or None
         return tqdm(total=total, initial=self.progress.step, desc="train", unit="step",
-                    disable=self.quiet, dynamic_ncols=True, leave=False)
+                    disable=self.quiet or not self.main, dynamic_ncols=True, leave=False)
+
+
+_NO_STEP = ("epoch {epoch} gave no training step: the training data makes fewer batches than "
+            "--accumulate ({groups}) times the number of processes; use more data, a smaller "
+            "--max-tokens or a smaller --accumulate")
+
+
+def compile_model(model: torch.nn.Module) -> Callable[..., Any]:
+    """``torch.compile`` with dynamic shapes (batches vary in size and length). Compilation happens
+    at the first steps (minutes on a CPU); a failure there, e.g. no C++ compiler for the CPU backend,
+    becomes a UserError naming ``--compile``."""
+    from torch._dynamo.exc import TorchDynamoException
+
+    compiled = torch.compile(model, dynamic=True)
+
+    def forward(*args: Any) -> Any:
+        try:
+            return compiled(*args)
+        except TorchDynamoException as exc:
+            reason = (str(exc).strip().splitlines() or [""])[0][:300]
+            raise UserError(f"--compile: torch.compile failed ({type(exc).__name__}: {reason}); "
+                            "train without --compile") from None
+
+    return forward
 
 
 def train(cfg: RunConfig, resume: bool = False, quiet: bool = False, final_test: bool = False) -> TrainResult:
     """Train a model as ``cfg`` says. With ``final_test``, the best checkpoint then translates the
-    test split (beam 5), its BLEU/chrF are returned and a few alignment heatmaps are plotted."""
+    test split (beam 5), its BLEU/chrF are returned and a few alignment heatmaps are plotted.
+
+    Under ``torchrun`` every process calls this: it joins the process group, trains its shard and
+    leaves; rank 0 prepares the corpus first, the others then load it (see ``seq2seq.distributed``).
+    """
+    with distributed.process_group(resolve_device(cfg.train.device)):
+        return _train(cfg, resume, quiet, final_test)
+
+
+def _train(cfg: RunConfig, resume: bool, quiet: bool, final_test: bool) -> TrainResult:
     from .corpus import prepare_run_corpus
-    from .runtime import seed_everything, set_threads
+    from .runtime import set_threads
 
     out = Path(cfg.output_dir)
     if resume:
@@ -327,13 +444,16 @@ def train(cfg: RunConfig, resume: bool = False, quiet: bool = False, final_test:
     if resume:
         trainer.restore(out / "last.pt")
         log("resume", step=trainer.progress.step, epoch=trainer.progress.epoch)
+    ranks = {"processes": trainer.world} if trainer.world > 1 else {}
     log("start", arch=cfg.model.arch, attention=cfg.model.attention if cfg.model.arch == "rnn" else "-",
-        parameters=trainer.model.num_parameters(), device=trainer.device, output_dir=out)
+        parameters=trainer.model.num_parameters(), device=trainer.device, output_dir=out, **ranks)
     progress = trainer.fit()
     result = TrainResult(out, out / "best.pt", out / "last.pt", progress,
-                         parameters=trainer.model.num_parameters(), peak_rss_mb=peak_rss_mb())
+                         parameters=trainer.model.num_parameters(), peak_rss_mb=peak_rss_mb(), rank=trainer.rank)
     log("stop", reason=progress.stopped, step=progress.step, best_bleu=progress.best_bleu,
         best_step=progress.best_step, tok_s=round(result.tokens_per_second))
+    if not trainer.main:
+        return result
     if final_test and progress.stopped != "interrupted" and len(corpus.splits.get("test", [])):
         result.test_scores = test_best_checkpoint(trainer, out)
     write_summary(result)

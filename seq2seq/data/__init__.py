@@ -8,6 +8,10 @@ Typical use (what training does)::
     sampler = TokenBatchSampler.for_columns(columns, cfg.data.max_tokens, seed=seed)
     for batch in make_batches(columns, sampler, epoch):
         ...
+
+Corpora past RAM: large local training files are read into Arrow on disk (``corpus.IN_MEMORY_BYTES``),
+and ``streaming.prepare_stream`` / ``streaming.StreamBatcher`` read, tokenize and batch the training
+split on the fly (``--streaming``).
 """
 from .batching import Batch, TokenBatchSampler, TokenColumns, collate, make_batches
 from .cleaning import clean_corpus

@@ -190,33 +190,14 @@ class TokenBatchSampler:
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def _order(self, rng: np.random.Generator | None) -> np.ndarray:
-        kept = self._kept
-        if rng is None:
-            return kept[np.lexsort((kept, self.tgt_cost[kept], self.src_cost[kept]))]
-        noisy_tgt = self.tgt_cost[kept] + 4.0 * rng.random(len(kept))
-        return kept[np.lexsort((noisy_tgt, self.src_cost[kept]))]
-
-    def _pack(self, order: np.ndarray) -> list[np.ndarray]:
-        """Greedy: extend the batch while (size + 1) * longest side still fits the budget."""
-        costs = np.maximum(self.src_cost[order], self.tgt_cost[order]).tolist()
-        bounds, longest, size, budget = [], 0, 0, self.max_tokens
-        for k, cost in enumerate(costs):
-            longest_if_added = cost if cost > longest else longest
-            if size and (size + 1) * longest_if_added > budget:
-                bounds.append(k)
-                longest, size = cost, 1
-            else:
-                longest, size = longest_if_added, size + 1
-        return np.split(order, bounds) if len(order) else []
-
     def batches(self, epoch: int | None = None) -> list[list[int]]:
         """This rank's batches (lists of dataset indices) for ``epoch`` (default: current)."""
         epoch = self.epoch if epoch is None else epoch
         if self._cache is not None and self._cache[0] == epoch:
             return self._cache[1]
         rng = np.random.default_rng([self.seed, epoch]) if self.shuffle else None
-        batches = self._pack(self._order(rng))
+        batches = pack_by_tokens(self.src_cost, self.tgt_cost,
+                                 length_order(self.src_cost, self.tgt_cost, self._kept, rng), self.max_tokens)
         if rng is not None:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         per_rank = len(batches) // self.world_size
@@ -229,6 +210,31 @@ class TokenBatchSampler:
 
     def __len__(self) -> int:
         return len(self.batches(self.epoch))
+
+
+def length_order(src_cost: np.ndarray, tgt_cost: np.ndarray, rows: np.ndarray,
+                 rng: np.random.Generator | None) -> np.ndarray:
+    """``rows`` sorted by source cost, then target cost (plus noise in [0, 4) when ``rng`` is given,
+    so that pairs of similar length mix differently each time)."""
+    if rng is None:
+        return rows[np.lexsort((rows, tgt_cost[rows], src_cost[rows]))]
+    noisy_tgt = tgt_cost[rows] + 4.0 * rng.random(len(rows))
+    return rows[np.lexsort((noisy_tgt, src_cost[rows]))]
+
+
+def pack_by_tokens(src_cost: np.ndarray, tgt_cost: np.ndarray, order: np.ndarray,
+                   max_tokens: int) -> list[np.ndarray]:
+    """Greedy: extend the batch while (size + 1) * longest side still fits the budget."""
+    costs = np.maximum(src_cost[order], tgt_cost[order]).tolist()
+    bounds, longest, size = [], 0, 0
+    for k, cost in enumerate(costs):
+        longest_if_added = cost if cost > longest else longest
+        if size and (size + 1) * longest_if_added > max_tokens:
+            bounds.append(k)
+            longest, size = cost, 1
+        else:
+            longest, size = longest_if_added, size + 1
+    return np.split(order, bounds) if len(order) else []
 
 
 def make_batches(

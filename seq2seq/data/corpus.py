@@ -1,4 +1,10 @@
-"""Pick the corpus a ``DataConfig`` names, load it, and fingerprint it cheaply for caches."""
+"""Pick the corpus a ``DataConfig`` names, load it, and fingerprint it cheaply for caches.
+
+Local training files larger than ``IN_MEMORY_BYTES`` are not read into RAM: they are written to
+Arrow under ``<cache_dir>/.raw-<fingerprint>`` by ``Dataset.from_generator`` (line by line), so that
+cleaning and encoding (``datasets.map``) also work on memory-mapped files; ``prepare_data`` removes
+that directory once the encoded corpus is saved.
+"""
 from __future__ import annotations
 
 import hashlib
@@ -8,17 +14,20 @@ from pathlib import Path
 from typing import Iterator
 
 from datasets import Dataset, DatasetDict
+from datasets.exceptions import DatasetGenerationError
 
 from ..config import DataConfig
 from ..errors import UserError
 from ..toy import TOY_VERSION, toy_corpus
 from .cleaning import clean_corpus
-from .files import load_table_files, load_text_dir
+from .files import load_table_files, load_text_dir, parallel_line_pairs, table_pairs
 from .hub import load_hub
+from .schema import PAIR_FEATURES
 
 log = logging.getLogger(__name__)
 
 PIPELINE_VERSION = 1  # bump when loading/cleaning changes what a corpus yields (invalidates caches)
+IN_MEMORY_BYTES = 64 * 2**20  # local training files above this size go to Arrow on disk, not into RAM
 SOURCE_FLAGS = {"toy": "--toy-size", "files": "--train-file", "dir": "--data-dir", "hub": "--dataset"}
 
 
@@ -64,12 +73,46 @@ def load_corpus(cfg: DataConfig) -> DatasetDict:
     if kind == "toy":
         n_eval = toy_eval_size(cfg.toy_size)
         return toy_corpus(n_train=cfg.toy_size, n_valid=n_eval, n_test=n_eval)
-    if kind == "files":
-        return load_table_files(cfg.train_file, cfg.valid_file, cfg.test_file, cfg.src, cfg.tgt)
-    if kind == "dir":
-        return load_text_dir(cfg.data_dir, cfg.src, cfg.tgt, _text_splits(cfg))
+    if kind in ("files", "dir"):
+        on_disk = sum(p.stat().st_size for p in _train_paths(cfg) if p.is_file()) > IN_MEMORY_BYTES
+        if kind == "files":
+            corpus = load_table_files(cfg.train_file, cfg.valid_file, cfg.test_file, cfg.src, cfg.tgt,
+                                      skip_train=on_disk)
+        else:
+            corpus = load_text_dir(cfg.data_dir, cfg.src, cfg.tgt, _text_splits(cfg), skip_train=on_disk)
+        if on_disk:
+            corpus["train"] = _train_on_disk(cfg, kind)
+        return corpus
     return load_hub(cfg.dataset, cfg.dataset_config, cfg.src, cfg.tgt,
                     split_names=_explicit_hub_splits(cfg))
+
+
+def _train_paths(cfg: DataConfig) -> list[Path]:
+    if cfg.train_file:
+        return [Path(cfg.train_file)]
+    return [Path(cfg.data_dir) / f"{cfg.train_split}.{lang}" for lang in (cfg.src, cfg.tgt)]
+
+
+def raw_dir(cfg: DataConfig) -> Path:
+    """Where ``load_corpus`` writes large local training files as Arrow (temporary)."""
+    return Path(cfg.cache_dir) / f".raw-{corpus_fingerprint(cfg)[:20]}"
+
+
+def _train_on_disk(cfg: DataConfig, kind: str) -> Dataset:
+    """The training pairs written line by line to Arrow under ``raw_dir`` and memory-mapped."""
+    if kind == "dir":
+        paths = _train_paths(cfg)
+        generator, kwargs = parallel_line_pairs, {"src_path": str(paths[0]), "tgt_path": str(paths[1])}
+    else:
+        generator, kwargs = table_pairs, {"path": str(cfg.train_file), "src": cfg.src, "tgt": cfg.tgt}
+    log.info("data: reading the large training corpus into Arrow under %s", raw_dir(cfg))
+    try:
+        return Dataset.from_generator(generator, features=PAIR_FEATURES, gen_kwargs=kwargs,
+                                      cache_dir=str(raw_dir(cfg)))
+    except DatasetGenerationError as exc:  # our own UserError (bad line, unequal files) inside
+        if isinstance(exc.__cause__, UserError):
+            raise exc.__cause__ from None
+        raise
 
 
 def load_clean_corpus(cfg: DataConfig) -> tuple[DatasetDict, dict]:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+from itertools import chain, zip_longest
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from datasets import DatasetDict
 
@@ -47,6 +49,47 @@ def read_lines(path: Path, flag: str = "") -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
+def iter_lines(path: Path, flag: str = "") -> Iterator[str]:
+    """``read_lines`` one line at a time (constant memory), with the same decoding and errors."""
+    where = f"{flag} {path}" if flag else str(path)
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        raise UserError(f"{where}: no such file") from None
+    except OSError as exc:
+        raise UserError(f"{where}: cannot read ({exc.strerror or exc})") from None
+    with handle:
+        for number, raw in enumerate(handle, start=1):  # binary iteration splits on b"\n" only
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise UserError(
+                    f"{where}, line {number}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column "
+                    f"{exc.start + 1}); re-encode the file as UTF-8, e.g. iconv -f latin1 -t utf-8"
+                ) from None
+            if number == 1:
+                line = line.removeprefix("\ufeff")
+            line = line.removesuffix("\n")
+            yield line[:-1] if line.endswith("\r") else line
+
+
+def parallel_line_pairs(src_path: str, tgt_path: str) -> Iterator[dict]:
+    """``{"src", "tgt"}`` of each line of two parallel files, lazily; UserError if their lengths differ."""
+    pairs = zip_longest(iter_lines(Path(src_path)), iter_lines(Path(tgt_path)))
+    for number, (source, target) in enumerate(pairs, start=1):
+        if source is None or target is None:
+            shorter = src_path if source is None else tgt_path
+            raise UserError(f"{shorter} ends at line {number - 1} but its parallel file goes on; parallel "
+                            "files need exactly one sentence per line, aligned line by line")
+        yield {"src": source, "tgt": target}
+
+
+def table_pairs(path: str, src: str, tgt: str, flag: str = "--train-file") -> Iterator[dict]:
+    """``{"src", "tgt"}`` of each row of a TSV or JSONL file, lazily."""
+    for source, target in iter_table(Path(path), src, tgt, flag):
+        yield {"src": source, "tgt": target}
+
+
 def _listing(directory: Path, limit: int = 30) -> str:
     names = sorted(p.name for p in directory.iterdir() if p.is_file())
     if not names:
@@ -55,13 +98,14 @@ def _listing(directory: Path, limit: int = 30) -> str:
 
 
 def load_text_dir(
-    data_dir: str | Path, src: str, tgt: str, splits: dict[str, str] | None = None
+    data_dir: str | Path, src: str, tgt: str, splits: dict[str, str] | None = None, skip_train: bool = False
 ) -> DatasetDict:
     """Read ``{stem}.{src}`` / ``{stem}.{tgt}`` for each split; ``splits`` maps split -> file stem
     (keys not given keep ``DEFAULT_TEXT_SPLITS``: train, val, test_2016_flickr).
 
     The train files are required. A validation or test split whose two files are both absent is
-    left empty (with a warning); one file without the other is an error.
+    left empty (with a warning); one file without the other is an error. ``skip_train`` leaves the
+    train split empty (streaming reads it separately) but still checks that its files exist.
     """
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
@@ -84,6 +128,9 @@ def load_text_dir(
                 f"{paths[1].name}). Files in {data_dir}: {_listing(data_dir)}. "
                 f"Fix --src/--tgt or {SPLIT_FLAGS[split]} to match the file names."
             )
+        if skip_train and split == "train":
+            out[split] = empty_pairs()
+            continue
         src_lines, tgt_lines = read_lines(paths[0]), read_lines(paths[1])
         if len(src_lines) != len(tgt_lines):
             raise UserError(
@@ -100,8 +147,10 @@ def load_table_files(
     test_file: str | Path | None = None,
     src: str = "src",
     tgt: str = "tgt",
+    skip_train: bool = False,
 ) -> DatasetDict:
-    """Read TSV (``.tsv``/``.tab``) or JSONL (``.jsonl``/``.ndjson``) files; absent valid/test -> empty."""
+    """Read TSV (``.tsv``/``.tab``) or JSONL (``.jsonl``/``.ndjson``) files; absent valid/test -> empty.
+    ``skip_train`` leaves the train split empty (streaming reads it separately)."""
     files = {"train": (train_file, "--train-file"), "validation": (valid_file, "--valid-file"),
              "test": (test_file, "--test-file")}
     out = {}
@@ -111,33 +160,59 @@ def load_table_files(
                 raise UserError("--train-file is required (a .tsv or .jsonl file of sentence pairs)")
             out[split] = empty_pairs()
             continue
+        if skip_train and split == "train":
+            table_format(Path(path), flag)  # fail early on a wrong suffix
+            out[split] = empty_pairs()
+            continue
         out[split] = pairs_dataset(*read_table(Path(path), src, tgt, flag))
     return DatasetDict(out)
 
 
-def read_table(path: Path, src: str, tgt: str, flag: str = "") -> tuple[list[str], list[str]]:
-    """Source and target columns of one TSV or JSONL file, chosen by its suffix."""
+def table_format(path: Path, flag: str = "") -> str:
+    """'tsv' or 'jsonl', from the file suffix."""
     suffix = path.suffix.lower()
     if suffix in TSV_SUFFIXES:
-        return _read_tsv(path, src, tgt, flag)
+        return "tsv"
     if suffix in JSONL_SUFFIXES:
-        return _read_jsonl(path, src, tgt, flag)
+        return "jsonl"
     raise UserError(f"{flag} {path}: unknown format {suffix or '(no suffix)'!r}; use a "
                     f"{'/'.join(TSV_SUFFIXES)} file (src<TAB>tgt) or a {'/'.join(JSONL_SUFFIXES)} file")
 
 
-def _read_tsv(path: Path, src: str, tgt: str, flag: str) -> tuple[list[str], list[str]]:
+def read_table(path: Path, src: str, tgt: str, flag: str = "") -> tuple[list[str], list[str]]:
+    """Source and target columns of one TSV or JSONL file, chosen by its suffix."""
+    table_format(path, flag)
+    sources, targets = [], []
+    for source, target in table_rows(read_lines(path, flag), path, src, tgt, flag):
+        sources.append(source)
+        targets.append(target)
+    return sources, targets
+
+
+def iter_table(path: Path, src: str, tgt: str, flag: str = "") -> Iterator[tuple[str, str]]:
+    """``read_table`` one pair at a time (constant memory)."""
+    table_format(path, flag)
+    return table_rows(iter_lines(path, flag), path, src, tgt, flag)
+
+
+def table_rows(lines: Iterable[str], path: Path, src: str, tgt: str, flag: str) -> Iterator[tuple[str, str]]:
+    """(source, target) of each non-blank line of a TSV or JSONL file, by the file's suffix."""
+    rows = _tsv_rows if table_format(path, flag) == "tsv" else _jsonl_rows
+    return rows(iter(lines), path, src, tgt, flag)
+
+
+def _tsv_rows(lines: Iterator[str], path: Path, src: str, tgt: str, flag: str) -> Iterator[tuple[str, str]]:
     """Two columns src<TAB>tgt, or any columns under a header row naming ``src``/``tgt`` (or the
     language codes). Blank lines are skipped; a tab inside a sentence is an error."""
-    lines = read_lines(path, flag)
-    header = lines[0].split("\t") if lines else []
+    first_line = next(lines, None)
+    header = first_line.split("\t") if first_line is not None else []
     names = next(((s, t) for s, t in ((src, tgt), ("src", "tgt")) if s in header and t in header), None)
     if names:
         i_src, i_tgt, width, first = header.index(names[0]), header.index(names[1]), len(header), 1
     else:
         i_src, i_tgt, width, first = 0, 1, 2, 0
-    sources, targets = [], []
-    for number, line in enumerate(lines[first:], start=first + 1):
+        lines = chain([first_line] if first_line is not None else [], lines)
+    for number, line in enumerate(lines, start=first + 1):
         if not line.strip():
             continue
         fields = line.split("\t")
@@ -145,16 +220,13 @@ def _read_tsv(path: Path, src: str, tgt: str, flag: str) -> tuple[list[str], lis
             layout = "the header" if names else f"'{src}<TAB>{tgt}'"
             raise UserError(f"{flag} {path}, line {number}: found {len(fields)} tab-separated columns, "
                             f"expected {width} as in {layout}; sentences must not contain tabs")
-        sources.append(fields[i_src])
-        targets.append(fields[i_tgt])
-    return sources, targets
+        yield fields[i_src], fields[i_tgt]
 
 
-def _read_jsonl(path: Path, src: str, tgt: str, flag: str) -> tuple[list[str], list[str]]:
+def _jsonl_rows(lines: Iterator[str], path: Path, src: str, tgt: str, flag: str) -> Iterator[tuple[str, str]]:
     """One JSON object per line with keys src/tgt or the language codes, or WMT style
     ``{"translation": {lang: text}}``. Blank lines are skipped."""
-    sources, targets = [], []
-    for number, line in enumerate(read_lines(path, flag), start=1):
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         where = f"{flag} {path}, line {number}"
@@ -175,6 +247,4 @@ def _read_jsonl(path: Path, src: str, tgt: str, flag: str) -> tuple[list[str], l
             if not isinstance(obj[key], str):
                 raise UserError(f"{where}: value of {key!r} must be a string, got {type(obj[key]).__name__}")
             pair.append(obj[key])
-        sources.append(pair[0])
-        targets.append(pair[1])
-    return sources, targets
+        yield pair[0], pair[1]

@@ -13,7 +13,7 @@ from datasets import Dataset, DatasetDict, load_from_disk
 
 from ..config import DataConfig
 from ..tokenizer import EOS_ID, Tokenizer, load_or_train_tokenizer
-from .corpus import corpus_fingerprint, corpus_texts, load_clean_corpus
+from .corpus import corpus_fingerprint, corpus_texts, load_clean_corpus, raw_dir
 from .schema import ENCODED_FEATURES, SPLITS
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,8 @@ def prepare_data(
 ) -> tuple[Tokenizer, DatasetDict]:
     """Tokenizer (reused or trained on the cleaned training split) and the encoded corpus.
 
-    The corpus is loaded at most once, and not at all when both tokenizer and cache are reusable.
+    The corpus is loaded at most once, and not at all when both tokenizer and cache are reusable;
+    a large local corpus's temporary Arrow copy (``raw_dir``) is removed afterwards.
     """
     loaded: list[tuple[DatasetDict, dict]] = []
 
@@ -117,9 +118,13 @@ def prepare_data(
             loaded.append(load_clean_corpus(cfg))
         return corpus_texts(loaded[0][0]["train"])
 
-    tokenizer = load_or_train_tokenizer(
-        tokenizer_path, train_texts, cfg.vocab_size, cfg.sp_model_type, cfg.sp_input_sentence_size,
-        data_fingerprint=corpus_fingerprint(cfg),
-    )
-    corpus, stats = loaded[0] if loaded else (None, None)
-    return tokenizer, prepare_corpus(cfg, tokenizer, cache_dir, corpus=corpus, stats=stats)
+    scratch = raw_dir(cfg)
+    try:
+        tokenizer = load_or_train_tokenizer(
+            tokenizer_path, train_texts, cfg.vocab_size, cfg.sp_model_type, cfg.sp_input_sentence_size,
+            data_fingerprint=corpus_fingerprint(cfg),
+        )
+        corpus, stats = loaded[0] if loaded else (None, None)
+        return tokenizer, prepare_corpus(cfg, tokenizer, cache_dir, corpus=corpus, stats=stats)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
