@@ -44,6 +44,13 @@ HELP = {
     "device": "auto | cpu | cuda",
     "precision": "fp32 | bf16 | fp16 (fp16: CUDA only)",
     "toy_size": "train on the embedded English->German number corpus with this many pairs",
+    "streaming": "read, tokenize and batch the training split on the fly (corpora larger than disk cache/RAM)",
+    "shuffle_buffer": "pairs in the streaming shuffle buffer",
+    "stream_window": "streaming: sort by length within windows of this many batches",
+    "compile": "torch.compile the model (slow to start on CPU; off by default)",
+    "accumulate": "micro-batches per optimizer step (gradient accumulation)",
+    "eval_every": "validate (loss + BLEU) and checkpoint every N steps",
+    "patience": "early stopping: evaluations without BLEU improvement (0 = off)",
 }
 
 
