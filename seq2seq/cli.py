@@ -71,7 +71,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             elif f.name == "betas":
                 group.add_argument(flag, type=float, nargs=2, metavar=("B1", "B2"), **kwargs)
             else:
-                group.add_argument(flag, type=_scalar_type(hint), **kwargs)
+                group.add_argument(flag, type=_scalar_type(hint), metavar=f.name.upper(), **kwargs)
 
 
 def _scalar_type(hint: Any) -> Callable[[str], Any]:
