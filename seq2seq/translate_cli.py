@@ -26,7 +26,8 @@ from .io_utils import atomic_output, chunks
 from .translator import Translation, Translator, read_lines
 
 
-def translate_stream(args: argparse.Namespace) -> list[Translation]:
+def translate_stream(args: argparse.Namespace) -> int:
+    """Run translate.py's job; returns the number of input lines translated."""
     need_attention = bool(args.alignments or args.plot_dir)
     _check_alignment_flags(args, need_attention)
     translator = Translator.from_checkpoint(args.checkpoint, device=args.device,
@@ -34,7 +35,8 @@ def translate_stream(args: argparse.Namespace) -> list[Translation]:
     references = list(read_lines(args.reference)) if args.reference else None
     interactive = args.input in (None, "-") and sys.stdin.isatty()
     chunk_size = 1 if interactive else args.batch_size * 16
-    texts: list[str] = []
+    texts: list[str] = []  # kept only for --reference scoring
+    done = 0
     with ExitStack() as stack:
         out = stack.enter_context(atomic_output(args.output))
         sink = stack.enter_context(_alignment_sink(args, translator)) if need_attention else None
@@ -42,15 +44,17 @@ def translate_stream(args: argparse.Namespace) -> list[Translation]:
             results = translator.translate(
                 chunk, beam_size=args.beam_size, length_penalty=args.length_penalty, n_best=args.n_best,
                 batch_size=args.batch_size, max_len_ratio=args.max_len_ratio, need_attention=need_attention,
-                first_line=len(texts) + 1,
+                first_line=done + 1,
             )
-            _write_results(out, results, len(texts), args.n_best)
+            _write_results(out, results, done, args.n_best)
             if sink is not None:
-                sink.add(results, first_index=len(texts))
-            texts.extend(r.text for r in results)
+                sink.add(results, first_index=done)
+            if references is not None:
+                texts.extend(r.text for r in results)
+            done += len(results)
     if references is not None:
         _print_scores(texts, references, args)
-    return texts
+    return done
 
 
 def _check_alignment_flags(args: argparse.Namespace, need_attention: bool) -> None:
