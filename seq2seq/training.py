@@ -88,9 +88,8 @@ class TrainResult:
 
 
 def default_lr(cfg: RunConfig) -> float:
-    if cfg.train.lr > 0:
-        return cfg.train.lr
-    return 1e-3 if cfg.model.arch == "transformer" else 1e-3
+    """Peak learning rate: ``--lr``, or 1e-3 (the CLI's architecture defaults set it explicitly)."""
+    return cfg.train.lr if cfg.train.lr > 0 else 1e-3
 
 
 def schedule_kind(cfg: RunConfig) -> str:
@@ -155,7 +154,6 @@ class Trainer:
             seed_everything(cfg.train.seed + self.rank)  # same initial weights, own dropout noise per rank
         self._rng_at_step = rng_state()
         autocast(self.device, cfg.train.precision)  # validate --precision early
-        self.step_fn = self._train_step
         self.ddp = distributed.wrap_model(self.model, self.device)  # the model itself in one process
         self.forward = compile_model(self.ddp) if cfg.train.compile else self.ddp
 
@@ -242,7 +240,7 @@ class Trainer:
 
     def _step(self, group: StepGroup, bar, session_start: float) -> None:
         t0 = time.time()
-        loss, tokens = self.step_fn(group)
+        loss, tokens = self._train_step(group)
         p = self.progress
         p.train_seconds += time.time() - t0
         p.tgt_tokens += tokens
