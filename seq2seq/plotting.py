@@ -260,13 +260,25 @@ def plot_side_by_side(matrices: Sequence, titles: Sequence[str], src_labels: Seq
 
 def plot_curves(series: dict[str, tuple[Sequence[float], Sequence[float]]], xlabel: str,
                 ylabel: str, path_or_paths, title: str | None = None,
-                formats: Sequence[str] = ("png", "svg"), logy: bool = False) -> list[Path]:
-    """Line plot of named (xs, ys) series, e.g. train/valid loss against steps."""
-    with _label_fonts([*series, title or "", xlabel, ylabel]):
+                formats: Sequence[str] = ("png", "svg"), logy: bool = False,
+                empty_note: str | None = None, x_from_zero: bool = False) -> list[Path]:
+    """Line plot of named (xs, ys) series, e.g. train/valid loss against steps.
+
+    With ``empty_note``, a series without points stays in the legend as "name (empty_note)", and
+    a plot where no series has points says so in its middle."""
+    labels = [name if len(xs) or not empty_note else f"{name} ({empty_note})"
+              for name, (xs, _) in series.items()]
+    with _label_fonts([*labels, title or "", xlabel, ylabel]):
         fig = Figure(figsize=(6.4, 4.0))
         ax = fig.add_subplot()
-        for name, (xs, ys) in series.items():
-            ax.plot(list(xs), list(ys), label=name, marker="." if len(xs) < 30 else None)
+        for label, (xs, ys) in zip(labels, series.values()):
+            ax.plot(list(xs), list(ys), label=label, marker="." if len(xs) < 30 else None)
+        has_points = any(len(xs) for xs, _ in series.values())
+        if x_from_zero and has_points:
+            ax.set_xlim(left=0)
+        if empty_note and not has_points:
+            ax.text(0.5, 0.5, f"({empty_note} in any run)", ha="center", va="center",
+                    transform=ax.transAxes, color="0.4")
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         if logy:
@@ -303,28 +315,10 @@ def plot_learning_curves(series: dict[str, tuple[Sequence[float], Sequence[float
                          ylabel: str, path_or_paths, title: str | None = None,
                          formats: Sequence[str] = ("png", "svg"),
                          empty_note: str = "no validation lines") -> list[Path]:
-    """Like ``plot_curves``, for runs that may have no points (e.g. a run stopped before its first
-    validation, or a bare checkpoint without metrics.jsonl): such a run stays in the legend as
-    "name (``empty_note``)", and a plot where no run has points says so in its middle."""
-    labels = [name if len(xs) else f"{name} ({empty_note})" for name, (xs, _) in series.items()]
-    with _label_fonts([*labels, title or "", xlabel, ylabel]):
-        fig = Figure(figsize=(6.4, 4.0))
-        ax = fig.add_subplot()
-        for label, (xs, ys) in zip(labels, series.values()):
-            ax.plot(list(xs), list(ys), label=label, marker="." if len(xs) < 30 else None)
-        if any(len(xs) for xs, _ in series.values()):
-            ax.set_xlim(left=0)  # steps and training time start at 0
-        else:
-            ax.text(0.5, 0.5, f"({empty_note} in any run)", ha="center", va="center",
-                    transform=ax.transAxes, color="0.4")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        if title:
-            ax.set_title(title)
-        if series:
-            ax.legend()
-        ax.grid(alpha=0.3)
-        return _save(fig, output_paths(path_or_paths, formats))
+    """``plot_curves`` for runs that may have no points (a run stopped before its first validation,
+    a bare checkpoint without metrics.jsonl); x starts at 0 (steps, training time)."""
+    return plot_curves(series, xlabel, ylabel, path_or_paths, title=title, formats=formats,
+                       empty_note=empty_note, x_from_zero=True)
 
 
 def plot_grouped_bars(groups: Sequence[str], series: dict[str, Sequence[float | None]],
