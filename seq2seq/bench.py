@@ -34,6 +34,10 @@ SYSTEMS: dict[str, list[str]] = {
                     "--warmup-steps", "400", "--lr", "1e-3"],
 }
 
+# Training-speed batches as large as the peers' (RNN 128 sentences ~ 2,000 target tokens; Transformer
+# 280 sentences ~ 4,400): --max-tokens budgets padded source and target, so a little above those.
+PEER_BATCH_MAX_TOKENS = {"rnn-bahdanau": 2300, "rnn-luong-general": 2300, "transformer": 5900}
+
 
 def machine() -> dict:
     return {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
@@ -150,7 +154,8 @@ def train_speed(name: str, args: argparse.Namespace) -> dict:
     add_config_flags(parser)
     run_dir = Path(args.out) / f"speed-{name}"
     flags = ["--data-dir", str(args.data_dir), "--src", args.src, "--tgt", args.tgt, "--vocab-size",
-             str(args.vocab_size), "--precision", args.precision, "--output-dir", str(run_dir), *SYSTEMS[name]]
+             str(args.vocab_size), "--precision", args.precision, "--output-dir", str(run_dir), *SYSTEMS[name],
+             "--max-tokens", str(PEER_BATCH_MAX_TOKENS[name])]
     cfg = build_run_config(parser.parse_args(flags))
     seed_everything(cfg.train.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -172,6 +177,7 @@ def train_speed(name: str, args: argparse.Namespace) -> dict:
     flops = flops_per_token * tokens  # FLOPs scale with the tokens of a batch: extrapolate
     return {"system": name, "parameters": trainer.model.num_parameters(), "steps": args.steps,
             "seconds": seconds, "tgt_tokens_per_s": tokens / seconds, "steps_per_s": args.steps / seconds,
+            "tgt_tokens_per_step": tokens / args.steps,
             "model_gflop_per_s_estimate": flops / seconds / 1e9, "peak_rss_mb": peak_rss_mb(),
             "precision": args.precision}
 
@@ -214,15 +220,16 @@ def speed_table(record: dict) -> str:
     lines = [f"matmul peak GFLOP/s: fp32 {peaks['float32_square2048']:.0f} (square), "
              f"{peaks['float32_ffn4400x256x1024']:.0f} (FFN-shaped); bf16 {peaks['bfloat16_square2048']:.0f} "
              f"(square), {peaks['bfloat16_ffn4400x256x1024']:.0f} (FFN-shaped)", "",
-             "| system | params | train tgt tok/s | model GFLOP/s | of matmul peak | peak RSS | "
-             "greedy sent/s | beam 5 sent/s | greedy bs1 sent/s | BLEU greedy / beam 5 |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| system | precision | params | tgt tok/step | train tgt tok/s | model GFLOP/s | of matmul peak | "
+             "peak RSS | greedy sent/s | beam 5 sent/s | greedy bs1 sent/s | BLEU greedy / beam 5 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, t in record["train"].items():
         d = record["decode"].get(name)
         decode = (f"{d['greedy']['sentences_per_s']:.1f} | {d['beam5']['sentences_per_s']:.1f} | "
                   f"{d['greedy_bs1']['sentences_per_s']:.1f} | {d['greedy']['bleu']:.2f} / {d['beam5']['bleu']:.2f}"
                   if d else "— | — | — | —")
-        lines.append(f"| {name} | {t['parameters'] / 1e6:.1f} M | {t['tgt_tokens_per_s']:,.0f} | "
+        lines.append(f"| {name} | {t['precision']} | {t['parameters'] / 1e6:.1f} M | "
+                     f"{t.get('tgt_tokens_per_step', 0):,.0f} | {t['tgt_tokens_per_s']:,.0f} | "
                      f"{t['model_gflop_per_s_estimate']:.0f} | {t['fraction_of_matmul_peak']:.0%} | "
                      f"{t['peak_rss_mb'] / 1024:.2f} GB | {decode} |")
     return "\n".join(lines) + "\n"

@@ -8,13 +8,18 @@ the task has reordering), then, each in its own process so that its memory is it
    them, train SentencePiece on a sample of ``--sp-input-sentence-size``
    sentences, encode every split with ``datasets.map(num_proc=...)`` and save it as Arrow;
 2. train: ``train.py`` for ``--steps`` steps from that cache (tokenizer and cache are reused);
-3. (``--streaming``) train: the same from the text files with ``--streaming``.
+3. (``--streaming``) train: the same from the text files with ``--streaming``;
+4. control: the same training on a ``--control-pairs`` corpus from the same generator, so that
+   the memory the large corpus costs the training process is the difference between the two.
 
 It records wall-clock times (preparation split into load+clean / tokenizer / encode), the peak
 resident memory of each process (``ru_maxrss`` from ``os.wait4``: the largest single process,
 including waited-for workers) and of its whole process tree (sum of PSS over the process and its
-workers, sampled every 0.2 s: shared pages are split between the processes that map them), corpus
-size on disk (text, Arrow cache) and training steps/s, as a JSON record and a markdown line.
+workers, sampled every 0.2 s: shared pages are split between the processes that map them), the
+peaks of the main process's anonymous memory (``RssAnon``: what it holds) and of its file-backed
+resident pages (``RssFile``: pages of the memory-mapped Arrow cache and of the libraries, page
+cache that the kernel can drop and that several processes share), corpus size on disk (text,
+Arrow cache) and training steps/s, as a JSON record and a markdown line.
 """
 from __future__ import annotations
 
@@ -108,16 +113,29 @@ def _tree_pss_kb(root: int) -> int:
     return total
 
 
+def _rss_kb(pid: int) -> dict[str, int]:
+    """``RssAnon`` and ``RssFile`` of ``pid`` in kB (Linux /proc; empty once it has exited)."""
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            return {line.split(":")[0]: int(line.split()[1]) for line in handle
+                    if line.startswith(("RssAnon:", "RssFile:"))}
+    except OSError:
+        return {}
+
+
 def run_measured(command: list[str], log_path: Path) -> dict:
-    """Run ``command``; wall time, exit code, peak RSS of the largest process and of the process tree."""
+    """Run ``command``; wall time, exit code, peak RSS of the largest process and of the process
+    tree, and the peak anonymous / file-backed resident memory of the main process."""
     start = time.perf_counter()
     with open(log_path, "w") as log_file:
         proc = subprocess.Popen(command, cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT)
-        peak_tree, done = [0], threading.Event()
+        peak_tree, peaks, done = [0], {"RssAnon": 0, "RssFile": 0}, threading.Event()
 
         def sample() -> None:
             while not done.wait(0.2):
                 peak_tree[0] = max(peak_tree[0], _tree_pss_kb(proc.pid))
+                for key, kb in _rss_kb(proc.pid).items():
+                    peaks[key] = max(peaks[key], kb)
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -129,7 +147,8 @@ def run_measured(command: list[str], log_path: Path) -> dict:
     if proc.returncode:
         tail = log_path.read_text(errors="replace")[-3000:]
         raise SystemExit(f"{' '.join(command)} failed with exit code {proc.returncode}:\n{tail}")
-    return {"seconds": seconds, "peak_rss_mb": usage.ru_maxrss / 1024, "peak_tree_pss_mb": peak_tree[0] / 1024}
+    return {"seconds": seconds, "peak_rss_mb": usage.ru_maxrss / 1024, "peak_tree_pss_mb": peak_tree[0] / 1024,
+            "peak_anon_mb": peaks["RssAnon"] / 1024, "peak_file_mb": peaks["RssFile"] / 1024}
 
 
 def prepare_phase(flags: list[str]) -> None:
@@ -196,13 +215,18 @@ def bench(args: argparse.Namespace) -> dict:
     record = {"benchmark": "scale", "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M"),
               "settings": {"pairs": args.pairs, "steps": args.steps, "vocab_size": args.vocab_size,
                            "num_proc": args.num_proc, "sp_input_sentence_size": args.sp_input_sentence_size,
-                           "train_flags": MODEL_FLAGS + args.extra},
+                           "control_pairs": args.control_pairs, "train_flags": MODEL_FLAGS + args.extra},
               "machine": {"platform": platform.platform(), "python": platform.python_version(),
                           "cpus": os.cpu_count(), "torch": torch.__version__, "datasets": datasets.__version__,
                           "sentencepiece": sentencepiece.__version__},
               "corpus": corpus, "prepare": prepare, "train": {}}
     modes = [("stored", run_dir, [])] + ([("streaming", work / "run-streaming", ["--streaming"])]
                                          if args.streaming else [])
+    if args.control_pairs:
+        control_dir = work / "control-text"
+        corpus["control_pairs"] = write_synthetic_corpus(control_dir, args.control_pairs, seed=args.seed)["train_pairs"]
+        control_flags = ["--data-dir", str(control_dir), "--cache-dir", str(work / "control-cache")]  # override
+        modes.append(("control", work / "run-control", control_flags))
     for mode, out, extra in modes:
         entries = set(cache_dir.iterdir())
         result = run_measured([sys.executable, str(ROOT / "train.py"), *train_flags, *extra, "--output-dir", str(out)],
@@ -225,9 +249,13 @@ def markdown(record: dict) -> str:
     line = (f"| {c['train_pairs']:,} | {c['text_bytes'] / 2**20:,.0f} MB | {c['arrow_bytes'] / 2**20:,.0f} MB | "
             f"{p['seconds']:.0f} s ({p['load_clean_s']:.0f} / {p['tokenizer_s']:.0f} / {p['encode_save_s']:.0f}) | "
             f"{p['peak_rss_mb']:,.0f} / {p['peak_tree_pss_mb']:,.0f} MB | "
-            + " | ".join(f"{r['peak_rss_mb']:,.0f} MB, {r['steps_per_s']:.2f} steps/s" for r in t.values()) + " |")
+            + " | ".join(f"{r['peak_rss_mb']:,.0f} MB ({r.get('peak_anon_mb', 0):,.0f} anon + "
+                         f"{r.get('peak_file_mb', 0):,.0f} file), {r['steps_per_s']:.2f} steps/s" for r in t.values())
+            + " |")
+    names = {"control": f"control ({c.get('control_pairs', 0):,} pairs)"}
     header = ("| pairs | text | Arrow cache | prepare (load+clean / tokenizer / encode+save) | prepare peak RSS "
-              "(largest process / tree PSS) | " + " | ".join(f"train {mode}: peak RSS, speed" for mode in t) + " |")
+              "(largest process / tree PSS) | "
+              + " | ".join(f"train {names.get(mode, mode)}: peak RSS (anon + file-backed), speed" for mode in t) + " |")
     return header + "\n|" + "---|" * (5 + len(t)) + "\n" + line + "\n"
 
 
@@ -244,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sp-input-sentence-size", type=int, default=DataConfig().sp_input_sentence_size,
                         help="sentences SentencePiece samples (train.py's default)")
     parser.add_argument("--streaming", action="store_true", help="also train from the text files with --streaming")
+    parser.add_argument("--control-pairs", type=int, default=20_000,
+                        help="also train on a corpus this small (0: skip) to isolate the large corpus's memory")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--work-dir", default=str(ROOT / "data" / "bench-scale"),

@@ -70,10 +70,14 @@ def _log_probs(logits: torch.Tensor, force_eos: torch.Tensor) -> torch.Tensor:
     ``force_eos`` (one flag per row of the first dim) holds only EOS stays possible. Masking is
     done after normalisation, so a chosen token's log-probability is the model's own."""
     logp = logits.float().log_softmax(-1)
-    ids = torch.arange(logp.size(-1), device=logp.device)  # (V,)
-    force = force_eos.view(-1, *([1] * (logp.dim() - 1)))
-    banned = (ids == PAD_ID) | (ids == BOS_ID) | (force & (ids != EOS_ID))
-    return logp.masked_fill(banned, float("-inf"))
+    logp[..., PAD_ID] = float("-inf")
+    logp[..., BOS_ID] = float("-inf")
+    if force_eos.any():
+        forced = logp[force_eos]  # (rows, ..., V) copy
+        eos = forced[..., EOS_ID].clone()
+        forced.fill_(float("-inf"))[..., EOS_ID] = eos
+        logp[force_eos] = forced
+    return logp
 
 
 def greedy_search(

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
-import torch.nn.functional as F
 
 from . import distributed
 from .checkpoint import bytes_to_tensor, load_checkpoint, rng_state, save_checkpoint, set_rng_state
@@ -38,6 +37,7 @@ from .config import RunConfig
 from .corpus import PreparedCorpus
 from .errors import UserError
 from .evaluation import corpus_scores
+from .loss import label_smoothed_cross_entropy
 from .models import build_model
 from .runtime import JsonlLog, autocast, log, peak_rss_mb, resolve_device, seed_everything
 from .tokenizer import PAD_ID
@@ -126,12 +126,9 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: RunConfig):
     raise UserError(f"--schedule must be auto, inverse-sqrt, plateau or constant, got {kind!r}")
 
 
-def sequence_loss(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float) -> torch.Tensor:
-    """Summed label-smoothed cross-entropy over non-pad target tokens."""
-    return F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)).float(), target.reshape(-1), ignore_index=PAD_ID,
-        label_smoothing=label_smoothing, reduction="sum",
-    )
+def sequence_loss(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
+    """Summed label-smoothed cross-entropy over non-pad target tokens (fused: see ``loss.py``)."""
+    return label_smoothed_cross_entropy(logits, target, label_smoothing, ignore_index=PAD_ID)
 
 
 class Trainer:
@@ -369,8 +366,7 @@ class Trainer:
             batch = batch.to(self.device)
             with autocast(self.device, self.cfg.train.precision):
                 logits, _ = self.model(batch.src, batch.src_mask, batch.tgt_in)
-            loss_sum += F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(),
-                                        batch.tgt_out.reshape(-1), ignore_index=PAD_ID, reduction="sum").item()
+            loss_sum += sequence_loss(logits, batch.tgt_out).item()
             tokens += batch.num_tgt_tokens
         sources, references = self.corpus.texts("validation", self.cfg.train.eval_max_sentences)
         translator = Translator(self.model, self.corpus.tokenizer, self.device)

@@ -28,7 +28,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from ..attention import RecurrentAttention, build_score
 from ..config import ModelConfig
 from .base import EncoderDecoder
-from .dropout import Dropout, dropout
+from ..dropout import Dropout, dropout
 
 Hidden = list  # per layer: h (B, H) for GRU, (h, c) for LSTM
 

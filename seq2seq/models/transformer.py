@@ -18,7 +18,7 @@ from ..attention import MultiHeadAttention
 from ..config import ModelConfig
 from ..errors import UserError
 from .base import EncoderDecoder
-from .dropout import Dropout
+from ..dropout import Dropout
 
 KV = tuple[torch.Tensor, torch.Tensor]  # projected keys, values: (B, heads, T, d_k) each
 

