@@ -40,7 +40,7 @@ def tiny_config(out: Path, arch: str) -> RunConfig:
         "model": {"arch": arch, "d_model": 32, "heads": 2, "ff_size": 64, "layers": 2, "embed_dim": 32,
                   "hidden_size": 32, "decoder_hidden_size": 48, "dropout": 0.1},
         "data": {"toy_size": 300, "vocab_size": 120, "max_tokens": 400, "cache_dir": str(out.parent / "cache")},
-        "train": {"max_steps": 10, "eval_every": 5, "warmup_steps": 5, "lr": 3e-3, "log_every": 5,
+        "train": {"max_steps": 30, "eval_every": 10, "warmup_steps": 5, "lr": 3e-3, "log_every": 5,
                   "eval_max_sentences": 8, "seed": 3, "threads": 1},
     })
     cfg.output_dir = str(out)
@@ -135,7 +135,7 @@ def test_quality_table_has_one_row_per_system_and_all_columns(report_dir, report
         assert "steps" in row[9] and row[10] != "—" and row[13] != "—"
         assert float(row[11].replace(",", "")) > 0 and float(row[12].replace(",", "")) > 0
     entry = report["systems"][1]
-    assert entry["parameters"] > 0 and entry["training"]["steps"] == 10
+    assert entry["parameters"] > 0 and entry["training"]["steps"] == 30
 
 
 def test_significance_comes_from_sacrebleu(report_dir, report, test_set):
@@ -191,7 +191,7 @@ def test_bleu_by_source_length(report_dir, report, test_set):
 
 def test_learning_curves_and_alignments(report):
     for entry in report["systems"]:
-        assert [point["step"] for point in entry["validation_curve"]] == [5, 10]
+        assert [point["step"] for point in entry["validation_curve"]] == [10, 20, 30]
     assert len(report["examples"]) == 2
     for example in report["examples"]:
         assert set(example["translations"]) == {"rnn", "transformer"}
