@@ -65,19 +65,27 @@ def max_lengths(model: EncoderDecoder, src_mask: torch.Tensor, ratio: float, off
     return limit.clamp(min=0)
 
 
-def _log_probs(logits: torch.Tensor, force_eos: torch.Tensor) -> torch.Tensor:
-    """log softmax over the vocabulary (last dim); PAD and BOS are never generated, and where
-    ``force_eos`` (one flag per row of the first dim) holds only EOS stays possible. Masking is
-    done after normalisation, so a chosen token's log-probability is the model's own."""
-    logp = logits.float().log_softmax(-1)
-    logp[..., PAD_ID] = float("-inf")
-    logp[..., BOS_ID] = float("-inf")
+def _best_tokens(logits: torch.Tensor, force_eos: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``count`` most probable next tokens of every row and their log-probabilities.
+
+    logits (rows, V) -> log p (rows, count), token ids (rows, count), best first, with
+    log p(y) = z_y - logsumexp(z): only the chosen entries are normalised, never the whole
+    (rows, V) distribution. PAD and BOS are never generated; where ``force_eos`` (one flag per
+    row) holds, only EOS stays possible (the other entries are -inf). Masking comes after the
+    normalisation, so a chosen token's log-probability is the model's own."""
+    logits = logits.float()  # no copy in fp32: the caller's logits are overwritten
+    log_norm = logits.logsumexp(-1, keepdim=True)  # (rows, 1)
+    logits[:, PAD_ID] = float("-inf")
+    logits[:, BOS_ID] = float("-inf")
     if force_eos.any():
-        forced = logp[force_eos]  # (rows, ..., V) copy
-        eos = forced[..., EOS_ID].clone()
-        forced.fill_(float("-inf"))[..., EOS_ID] = eos
-        logp[force_eos] = forced
-    return logp
+        eos = logits[force_eos, EOS_ID]
+        logits[force_eos] = float("-inf")
+        logits[force_eos, EOS_ID] = eos
+    if count == 1:
+        best, tokens = logits.max(-1, keepdim=True)
+    else:
+        best, tokens = logits.topk(min(count, logits.size(-1)), dim=-1)
+    return best - log_norm, tokens
 
 
 def greedy_search(
@@ -99,9 +107,9 @@ def greedy_search(
         log_prob = torch.zeros(src.size(0), device=src.device)  # (B,)
         for t in range(out.size(1)):
             logits, state, _ = model.decode_step(memory, state, tokens, need_attention=False)
-            logp = _log_probs(logits, t >= limit[rows])  # (active, V)
-            tokens = logp.argmax(-1)
-            log_prob[rows] += logp.gather(1, tokens.unsqueeze(1)).squeeze(1)
+            logp, tokens = _best_tokens(logits, t >= limit[rows], 1)  # (active, 1) each
+            tokens = tokens.squeeze(1)
+            log_prob[rows] += logp.squeeze(1)
             out[rows, t] = tokens
             alive = (tokens != EOS_ID).nonzero().squeeze(1)
             if len(alive) < len(rows):  # drop finished sentences from the batch
@@ -171,10 +179,13 @@ class _Beams:
         """One decoding step for every active beam; False once no sentence is left."""
         n, k = len(self.rows), self.k
         logits, self.state, _ = self.model.decode_step(self.memory, self.state, self.tokens, need_attention=False)
-        logp = _log_probs(logits.view(n, k, -1), t >= self.limit[self.rows])  # (n, k, V)
-        vocab = logp.size(-1)
-        top, index = (self.scores.unsqueeze(2) + logp).view(n, -1).topk(min(2 * k, k * vocab))  # (n, 2k)
-        beam, token = index // vocab, index % vocab
+        # the 2k best continuations of a sentence are among the 2k best of each of its beams
+        force_eos = (t >= self.limit[self.rows]).repeat_interleave(k)  # (n * k,)
+        logp, tokens = _best_tokens(logits, force_eos, 2 * k)  # (n * k, m), m = min(2k, V)
+        m = logp.size(1)
+        total = (self.scores.unsqueeze(2) + logp.view(n, k, m)).view(n, k * m)
+        top, index = total.topk(min(2 * k, k * m))  # (n, 2k)
+        beam, token = index // m, tokens.view(n, k * m).gather(1, index)
         self._finish(top[:, :k], beam[:, :k], token[:, :k])
         # continue with the k best candidates that did not end
         top = top.masked_fill(token == EOS_ID, float("-inf"))

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from seq2seq.errors import UserError
-from seq2seq.search import beam_search, greedy_search, length_penalty_gnmt, translate_batch
-from test_models import BOS, EOS, PAD, make_model, reverse_batch, train
+from seq2seq.search import beam_search, greedy_search, length_penalty_gnmt, max_lengths, translate_batch
+from test_models import BOS, EOS, PAD, VOCAB, make_model, reverse_batch, train
 
 ARCHS = ["bahdanau", "luong-no-feeding", "transformer-pre"]
 
@@ -63,6 +63,46 @@ def test_beam_scores_sorted_and_equal_rescoring(model, batch, alpha):
             assert h.log_prob == pytest.approx(log_prob, abs=1e-4)
             assert h.score == pytest.approx(log_prob / length_penalty_gnmt(len(h.tokens) + 1, alpha), abs=1e-4)
             assert h.attention is None and EOS not in h.tokens and BOS not in h.tokens and PAD not in h.tokens
+
+
+def _reference_beam(model, src, mask, k, alpha, limit):
+    """Textbook beam search for one sentence: every prefix re-scored by a full teacher-forced
+    forward pass, candidates ranked in Python. Same rules as ``beam_search``: beams compete on
+    raw log P; an EOS among the k best candidates finishes a hypothesis; the k best non-EOS
+    candidates go on; done at k finished hypotheses or at the length bound (EOS forced)."""
+    beams, finished = [([], 0.0)], []
+    for t in range(limit + 1):
+        candidates = []
+        for tokens, log_prob in beams:
+            with torch.no_grad():
+                logits, _ = model(src, mask, torch.tensor([[BOS] + tokens]))
+            logp = logits[0, -1].log_softmax(-1)
+            for y in range(VOCAB):
+                if y not in (PAD, BOS) and (t < limit or y == EOS):
+                    candidates.append((log_prob + float(logp[y]), tokens, y))
+        candidates.sort(key=lambda c: -c[0])
+        for score, tokens, y in candidates[:k]:
+            if y == EOS and len(finished) < k:
+                finished.append((tokens, score, score / length_penalty_gnmt(len(tokens) + 1, alpha)))
+        beams = [(tokens + [y], score) for score, tokens, y in candidates[: 2 * k] if y != EOS][:k]
+        if len(finished) >= k or t >= limit:
+            break
+    return sorted(finished, key=lambda f: -f[2])
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_beam_search_equals_textbook_beam_search(model, batch, alpha):
+    """The batched search (finished sentences dropped, candidates pruned per beam before ranking,
+    log-probabilities normalised only where chosen) finds exactly the textbook hypotheses."""
+    src, mask = batch
+    limits = max_lengths(model, mask, 1.5, 2)
+    hyps = beam_search(model, src, mask, beam_size=3, n_best=3, length_penalty=alpha, max_len_offset=2,
+                       need_attention=False)
+    for i, sentence in enumerate(hyps):
+        expected = _reference_beam(model.eval(), *_single(src, mask, i), 3, alpha, int(limits[i]))
+        assert [h.tokens for h in sentence] == [tokens for tokens, _, _ in expected]
+        for h, (_, log_prob, score) in zip(sentence, expected):
+            assert h.log_prob == pytest.approx(log_prob, abs=1e-4) and h.score == pytest.approx(score, abs=1e-4)
 
 
 def test_beam_not_worse_than_greedy(model, batch):
