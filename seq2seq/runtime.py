@@ -52,6 +52,28 @@ def autocast(device: torch.device, precision: str):
     raise UserError(f"--precision must be fp32, bf16 or fp16, got {precision!r}")
 
 
+def cpu_has_native_bf16() -> bool:
+    """True when oneDNN runs bf16 matrix products natively on this CPU (AVX512-BF16 or AMX).
+
+    Without them PyTorch emulates bf16 on the CPU: measured on an AVX2-only 2-core EPYC
+    (torch 2.13), a 2048^2 bf16 matmul ran at under 1 GFLOP/s against 145 fp32, a GRU cell 5x
+    slower than in fp32, and RNN training 35x slower."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # private probe gone: fall back to the ISA level
+        return "AVX512" in torch.backends.cpu.get_cpu_capability()
+
+
+def precision_warning(device: torch.device, precision: str) -> str | None:
+    """Why ``--precision`` will be slow on ``device``, or None (validates it too)."""
+    autocast(device, precision)
+    if precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
+        return ("--precision bf16: this CPU has no native bf16 support (no AVX512-BF16 / AMX), so "
+                "PyTorch emulates it and training runs many times slower than fp32 "
+                "(35x measured for the RNN); use --precision fp32 here")
+    return None
+
+
 def log(event: str, quiet: bool = False, **fields: Any) -> None:
     """One plain ``event key=value ...`` line on stderr, easy to grep and parse (rank 0 only under torchrun)."""
     if quiet or env_rank() != 0:

@@ -39,7 +39,7 @@ from .errors import UserError
 from .evaluation import corpus_scores
 from .loss import label_smoothed_cross_entropy
 from .models import build_model
-from .runtime import JsonlLog, autocast, log, peak_rss_mb, resolve_device, seed_everything
+from .runtime import JsonlLog, autocast, log, peak_rss_mb, precision_warning, resolve_device, seed_everything
 from .tokenizer import PAD_ID
 from .translator import Translator
 
@@ -431,6 +431,9 @@ def _train(cfg: RunConfig, resume: bool, quiet: bool, final_test: bool) -> Train
     cfg.model.validate()
     set_threads(cfg.train.threads)
     seed_everything(cfg.train.seed)
+    slow = precision_warning(resolve_device(cfg.train.device), cfg.train.precision)  # before any work
+    if slow:
+        log("warning", message=slow)
     out.mkdir(parents=True, exist_ok=True)
     corpus = prepare_run_corpus(cfg, out, quiet=quiet)
     cfg.model.vocab_size = corpus.tokenizer.vocab_size

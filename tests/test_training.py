@@ -111,3 +111,17 @@ def test_corrupt_and_foreign_checkpoints_are_clear_errors(tmp_path):
         load_checkpoint(tmp_path / "future.pt")
     with pytest.raises(UserError, match="no such file"):
         load_checkpoint(tmp_path / "missing.pt")
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_on_a_cpu_without_native_bf16_warns_before_training(tmp_path, monkeypatch, capsys, native):
+    monkeypatch.setattr("seq2seq.runtime.cpu_has_native_bf16", lambda: native)
+    train(tiny_config(tmp_path / "run", precision="bf16", max_steps=1, eval_every=0), quiet=True)
+    err = capsys.readouterr().err
+    assert ("no native bf16 support" in err and "--precision fp32" in err) != native
+
+
+def test_fp16_on_cpu_is_a_clear_error_before_any_work(tmp_path):
+    with pytest.raises(UserError, match="--precision fp16 needs a CUDA device"):
+        train(tiny_config(tmp_path / "run", precision="fp16", device="cpu"), quiet=True)
+    assert not (tmp_path / "run").exists()
