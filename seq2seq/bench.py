@@ -40,8 +40,13 @@ PEER_BATCH_MAX_TOKENS = {"rnn-bahdanau": 2300, "rnn-luong-general": 2300, "trans
 
 
 def machine() -> dict:
+    from .runtime import cpu_has_native_bf16
+
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").open()
+                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
     return {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-            "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "cpu": model, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "native_bf16": cpu_has_native_bf16(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
@@ -184,10 +189,19 @@ def train_speed(name: str, args: argparse.Namespace) -> dict:
 
 def speed(args: argparse.Namespace) -> dict:
     """Matmul peaks, then each system's training speed in its own process, then decoding speed."""
+    from .errors import UserError
+    from .runtime import cpu_has_native_bf16
+
+    native_bf16 = cpu_has_native_bf16()
+    if args.precision == "bf16" and not native_bf16:
+        raise UserError("--precision bf16: this CPU has no native bf16 (no AVX512-BF16 / AMX); "
+                        "PyTorch would emulate it, which measures the emulation, not the toolkit. "
+                        "Use --precision fp32 here")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    dtypes = ("float32", "bfloat16") if native_bf16 else ("float32",)  # emulated bf16: ~1 GFLOP/s, skipped
     peaks = {f"{dtype}_{label}": matmul_peak(getattr(torch, dtype), shape)
-             for dtype in ("float32", "bfloat16") for label, shape in
+             for dtype in dtypes for label, shape in
              (("square2048", (2048, 2048, 2048)), ("ffn4400x256x1024", (4400, 256, 1024)))}
     record = {"benchmark": "speed", "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M"),
               "machine": machine(), "matmul_gflop_per_s": peaks, "train": {}, "decode": {}}
@@ -217,9 +231,10 @@ def _forwarded(args: argparse.Namespace) -> list[str]:
 
 def speed_table(record: dict) -> str:
     peaks = record["matmul_gflop_per_s"]
+    bf16 = (f"bf16 {peaks['bfloat16_square2048']:.0f} (square), {peaks['bfloat16_ffn4400x256x1024']:.0f} "
+            "(FFN-shaped)" if "bfloat16_square2048" in peaks else "bf16 not native on this CPU (not measured)")
     lines = [f"matmul peak GFLOP/s: fp32 {peaks['float32_square2048']:.0f} (square), "
-             f"{peaks['float32_ffn4400x256x1024']:.0f} (FFN-shaped); bf16 {peaks['bfloat16_square2048']:.0f} "
-             f"(square), {peaks['bfloat16_ffn4400x256x1024']:.0f} (FFN-shaped)", "",
+             f"{peaks['float32_ffn4400x256x1024']:.0f} (FFN-shaped); {bf16}", "",
              "| system | precision | params | tgt tok/step | train tgt tok/s | model GFLOP/s | of matmul peak | "
              "peak RSS | greedy sent/s | beam 5 sent/s | greedy bs1 sent/s | BLEU greedy / beam 5 |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -278,12 +293,18 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.data_dir / f"train.{args.src}").is_file():
         print(f"error: --data-dir {args.data_dir} has no train.{args.src}; point it at Multi30k", file=sys.stderr)
         return 2
-    if args.command == "quality":
-        quality(args)
-    elif args.command == "speed":
-        speed(args)
-    else:
-        Path(args.json).write_text(json.dumps(train_speed(args.system, args), indent=2), encoding="utf-8")
+    from .errors import UserError
+
+    try:
+        if args.command == "quality":
+            quality(args)
+        elif args.command == "speed":
+            speed(args)
+        else:
+            Path(args.json).write_text(json.dumps(train_speed(args.system, args), indent=2), encoding="utf-8")
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

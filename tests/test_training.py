@@ -125,3 +125,14 @@ def test_fp16_on_cpu_is_a_clear_error_before_any_work(tmp_path):
     with pytest.raises(UserError, match="--precision fp16 needs a CUDA device"):
         train(tiny_config(tmp_path / "run", precision="fp16", device="cpu"), quiet=True)
     assert not (tmp_path / "run").exists()
+
+
+def test_speed_benchmark_refuses_emulated_bf16(tmp_path, monkeypatch, capsys):
+    from seq2seq import bench
+
+    monkeypatch.setattr("seq2seq.runtime.cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(bench, "matmul_peak", lambda *a: pytest.fail("must refuse before measuring"))
+    (tmp_path / "train.de").write_text("ein Satz\n", encoding="utf-8")
+    assert bench.main(["speed", "--precision", "bf16", "--data-dir", str(tmp_path),
+                       "--out", str(tmp_path / "out")]) == 2
+    assert "no native bf16" in capsys.readouterr().err
