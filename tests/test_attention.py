@@ -91,6 +91,20 @@ def test_score_formulas():
         build_score("nope", 4, 4)
 
 
+def test_additive_score_gradients_equal_the_tanh_formula():
+    """The score is evaluated through sigmoid (tanh x = 2 sigmoid(2x) - 1, in place): its gradients
+    with respect to the query, the keys and every weight must be those of v^T tanh(W s + U h)."""
+    torch.manual_seed(0)
+    additive = build_score("bahdanau", 6, 8, hidden=7)
+    s, h = torch.randn(3, 2, 6, requires_grad=True), torch.randn(3, 5, 8, requires_grad=True)
+    weight = torch.randn(3, 2, 5)
+    fast = torch.autograd.grad((additive.score(s, h) * weight).sum(), [s, h, *additive.parameters()])
+    energy = torch.tanh(additive.query_proj(s).unsqueeze(2) + additive.key_proj(h).unsqueeze(1))
+    slow = torch.autograd.grad((additive.v(energy).squeeze(-1) * weight).sum(), [s, h, *additive.parameters()])
+    for a, b in zip(fast, slow):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
 def test_multi_head_weights_path_equals_fused_path():
     torch.manual_seed(0)
     mha = MultiHeadAttention(d_model=16, heads=4, dropout=0.3).eval()
