@@ -98,7 +98,7 @@ def test_integrated_gradients_completeness():
 def test_a_token_the_model_provably_ignores_gets_exactly_zero():
     """Source positions carry no position information (learned positions set to 0) and the token
     at position 2 is masked out of every attention (PAD id, but with a non-zero embedding): it has
-    no path to the output, so deleting it changes nothing and its gradient is exactly 0. The same
+    no path to the output, so deleting it changes nothing (up to rounding) and its gradient is exactly 0. The same
     token unmasked does matter (so the assertions can fail)."""
     model = make("transformer", positional="learned", max_positions=16)
     with torch.no_grad():
@@ -106,8 +106,10 @@ def test_a_token_the_model_provably_ignores_gets_exactly_zero():
         model.src_embed.tokens.weight[PAD].normal_()
     ignored = [5, 6, PAD, 7, EOS]
     occ, grad = occlusion(model, ignored, TGT), gradient_x_input(model, ignored, TGT)
-    assert (occ.raw[:, 2] == 0).all() and (grad.raw[:, 2] == 0).all()
-    assert np.abs(occ.raw[:, [0, 1, 3]]).min() > 0 and np.abs(grad.raw[:, [0, 1, 3]]).min() > 0
+    # exact for the gradient; occlusion compares two forward passes over sources of different
+    # lengths, whose float rounding differs by kernel (seen: 2e-6 with AVX2, 0 with AVX-512)
+    assert (grad.raw[:, 2] == 0).all() and np.abs(occ.raw[:, 2]).max() < 1e-5
+    assert np.abs(occ.raw[:, [0, 1, 3]]).min() > 1e-4 and np.abs(grad.raw[:, [0, 1, 3]]).min() > 0
     seen = [5, 6, 9, 7, EOS]
     assert np.abs(occlusion(model, seen, TGT).raw[:, 2]).max() > 1e-3
     assert np.abs(gradient_x_input(model, seen, TGT).raw[:, 2]).max() > 1e-3
