@@ -38,6 +38,16 @@ SYSTEMS: dict[str, list[str]] = {
 # 280 sentences ~ 4,400): --max-tokens budgets padded source and target, so a little above those.
 PEER_BATCH_MAX_TOKENS = {"rnn-bahdanau": 2300, "rnn-luong-general": 2300, "transformer": 5900}
 
+# The peers' parameter counts: their RNN has separate source / target embeddings and an untied
+# 512 -> vocabulary output layer (12.0 M parameters); their Transformer ties only the target
+# embeddings to the output layer (9.6 M). Our defaults share one table for all three (5.9 M / 7.6 M).
+PEER_EMBEDDINGS = {"rnn-bahdanau": ["--no-tie-embeddings"], "rnn-luong-general": ["--no-tie-embeddings"],
+                   "transformer": ["--no-share-source-embeddings"]}
+
+
+def system_flags(name: str, peer_sizes: bool) -> list[str]:
+    return SYSTEMS[name] + (PEER_EMBEDDINGS[name] if peer_sizes else [])
+
 
 def machine() -> dict:
     from .runtime import cpu_has_native_bf16
@@ -60,7 +70,7 @@ def train_system(name: str, args: argparse.Namespace, run_dir: Path, shared_spm:
     command = [sys.executable, str(ROOT / "train.py"), "--data-dir", str(args.data_dir), "--src", args.src,
                "--tgt", args.tgt, "--vocab-size", str(args.vocab_size), "--max-minutes", str(args.minutes),
                "--eval-every", str(args.eval_every), "--output-dir", str(run_dir), "--quiet",
-               "--no-final-test", "--device", args.device, *SYSTEMS[name], *args.extra]
+               "--no-final-test", "--device", args.device, *system_flags(name, args.peer_sizes), *args.extra]
     print(f"[{name}] {' '.join(command)}", file=sys.stderr, flush=True)
     subprocess.run(command, check=True, cwd=ROOT)
     return json.loads((run_dir / "summary.json").read_text())
@@ -118,7 +128,7 @@ def quality(args: argparse.Namespace) -> dict:
         run_dir = out / name
         train_summary = train_system(name, args, run_dir, shared_spm)
         shared_spm = shared_spm or run_dir / "spm.model"
-        record["systems"][name] = {"flags": SYSTEMS[name], "train": train_summary,
+        record["systems"][name] = {"flags": system_flags(name, args.peer_sizes), "train": train_summary,
                                    "decode": decode_system(run_dir, args)}
         (out / "quality.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     (out / "quality.md").write_text(markdown_table(record), encoding="utf-8")
@@ -140,7 +150,8 @@ def matmul_peak(dtype: torch.dtype, shape: tuple[int, int, int], seconds: float 
 
 
 def train_speed(name: str, args: argparse.Namespace) -> dict:
-    """Steady-state training throughput of one system at peer sizes, in this process.
+    """Steady-state training throughput of one system at the peers' sizes (batch sizes, embedding
+    layout, parameter counts), in this process.
 
     Builds the run like train.py does, times ``args.steps`` optimizer steps after ``args.warmup``
     untimed ones, and counts the FLOPs of one step (forward + backward matmuls) with
@@ -158,9 +169,9 @@ def train_speed(name: str, args: argparse.Namespace) -> dict:
     parser.add_argument("--output-dir")
     add_config_flags(parser)
     run_dir = Path(args.out) / f"speed-{name}"
+    model_flags = [*system_flags(name, peer_sizes=True), "--max-tokens", str(PEER_BATCH_MAX_TOKENS[name])]
     flags = ["--data-dir", str(args.data_dir), "--src", args.src, "--tgt", args.tgt, "--vocab-size",
-             str(args.vocab_size), "--precision", args.precision, "--output-dir", str(run_dir), *SYSTEMS[name],
-             "--max-tokens", str(PEER_BATCH_MAX_TOKENS[name])]
+             str(args.vocab_size), "--precision", args.precision, "--output-dir", str(run_dir), *model_flags]
     cfg = build_run_config(parser.parse_args(flags))
     seed_everything(cfg.train.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -180,7 +191,7 @@ def train_speed(name: str, args: argparse.Namespace) -> dict:
         tokens += n
     seconds = time.perf_counter() - start
     flops = flops_per_token * tokens  # FLOPs scale with the tokens of a batch: extrapolate
-    return {"system": name, "parameters": trainer.model.num_parameters(), "steps": args.steps,
+    return {"system": name, "flags": model_flags, "parameters": trainer.model.num_parameters(), "steps": args.steps,
             "seconds": seconds, "tgt_tokens_per_s": tokens / seconds, "steps_per_s": args.steps / seconds,
             "tgt_tokens_per_step": tokens / args.steps,
             "model_gflop_per_s_estimate": flops / seconds / 1e9, "peak_rss_mb": peak_rss_mb(),
@@ -269,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--eval-every", type=int, default=400)
     q.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
     q.add_argument("--bs1-sentences", type=int, default=200, help="sentences for the batch-1 greedy timing")
+    q.add_argument("--peer-sizes", action="store_true",
+                   help="the peers' embedding layout and parameter counts (RNN 12.4 M, Transformer 9.6 M)")
     q.add_argument("--out", default="bench-results/quality")
     q.add_argument("extra", nargs="*", help="extra train.py flags after --, applied to every system")
     s = sub.add_parser("speed", help="training tokens/s, FLOP/s vs matmul peak, decoding sentences/s")

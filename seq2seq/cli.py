@@ -47,6 +47,9 @@ HELP = {
     "streaming": "read, tokenize and batch the training split on the fly (corpora larger than disk cache/RAM)",
     "shuffle_buffer": "pairs in the streaming shuffle buffer",
     "stream_window": "streaming: sort by length within windows of this many batches",
+    "tie_embeddings": "tie the target embeddings and the output layer (W_out = E_tgt)",
+    "share_source_embeddings": "source and target share one embedding table (joint vocabulary); "
+                               "unset: follows --tie-embeddings",
     "compile": "torch.compile the model (slow to start on CPU; off by default)",
     "accumulate": "micro-batches per optimizer step (gradient accumulation)",
     "eval_every": "validate (loss + BLEU) and checkpoint every N steps",
@@ -66,7 +69,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             kwargs: dict[str, Any] = {"dest": f"{section}.{f.name}", "default": argparse.SUPPRESS,
                                       "help": f"{HELP.get(f.name, '')} (default: {f.default!r})".strip()}
             hint = hints[f.name]
-            if hint is bool:
+            if hint is bool or hint == (bool | None):
                 group.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
             elif f.name == "betas":
                 group.add_argument(flag, type=float, nargs=2, metavar=("B1", "B2"), **kwargs)

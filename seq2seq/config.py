@@ -22,7 +22,8 @@ class ModelConfig:
     arch: str = "transformer"  # rnn | transformer
     vocab_size: int = 0
     dropout: float = 0.1
-    tie_embeddings: bool = True  # tie target input/output embeddings (and source: joint vocabulary)
+    tie_embeddings: bool = True  # tie the target input embeddings and the output layer
+    share_source_embeddings: bool | None = None  # source uses the target embeddings (joint vocabulary); None: = tie_embeddings
     # RNN
     rnn_cell: str = "gru"  # gru | lstm
     attention: str = "bahdanau"  # one of RNN_ATTENTIONS
@@ -40,6 +41,11 @@ class ModelConfig:
     norm_first: bool = True  # pre-norm (True) or post-norm (False)
     positional: str = "sinusoidal"  # sinusoidal | learned
     max_positions: int = 1024
+
+    @property
+    def shares_source_embeddings(self) -> bool:
+        """Whether the source embedding table is the target one (joint vocabulary)."""
+        return self.tie_embeddings if self.share_source_embeddings is None else self.share_source_embeddings
 
     def validate(self) -> None:
         if self.arch not in ("rnn", "transformer"):

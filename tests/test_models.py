@@ -158,6 +158,34 @@ def test_tied_embeddings_are_shared():
     assert sum(p.shape == (VOCAB, 32) for p in untied.parameters()) == 3
 
 
+@pytest.mark.parametrize("base", [RNN, TRANSFORMER], ids=["rnn", "transformer"])
+def test_source_embeddings_can_be_separate_from_tied_target_ones(base):
+    """--no-share-source-embeddings: target in/out stay tied, the source gets its own table
+    (the peers' configuration); training the source embedding leaves the target one alone."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(vocab_size=VOCAB, dropout=0.0, **base, share_source_embeddings=False))
+    tables = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+    assert len({id(t.weight) for t in tables}) == 2
+    target = model.generator.weight
+    source = next(t.weight for t in tables if t.weight is not target)
+    shared = build_model(ModelConfig(vocab_size=VOCAB, dropout=0.0, **base))
+    assert model.num_parameters() == shared.num_parameters() + VOCAB * source.size(1)
+    src, mask, tgt_in = _batch()
+    logits, _ = model(src, mask, tgt_in)
+    logits.sum().backward()
+    in_source = sorted(set(src[mask].tolist()))
+    not_in_source = sorted(set(range(VOCAB)) - set(in_source))
+    assert (source.grad[in_source].abs().sum(-1) > 0).all()  # source tokens learn in the source table
+    assert (source.grad[not_in_source] == 0).all()  # no gradient from the output layer or target inputs
+    assert (target.grad[not_in_source].abs().sum(-1) > 0).all()  # the output layer trains every row
+
+
+def test_share_source_embeddings_defaults_to_tie_embeddings():
+    assert ModelConfig().shares_source_embeddings
+    assert not ModelConfig(tie_embeddings=False).shares_source_embeddings  # checkpoints before the flag
+    assert ModelConfig(tie_embeddings=False, share_source_embeddings=True).shares_source_embeddings
+
+
 def test_learned_positions_reject_long_inputs():
     model = make_model("transformer-learned").eval()
     src = torch.full((1, 20), 5)
@@ -172,3 +200,18 @@ def test_bad_config_fails_loudly():
         build_model(ModelConfig(arch="transformer", d_model=30, heads=4, vocab_size=VOCAB))
     with pytest.raises(UserError):
         build_model(ModelConfig(arch="transformer", vocab_size=0))
+
+
+@pytest.mark.parametrize("flags, shared", [([], True), (["--no-share-source-embeddings"], False),
+                                           (["--no-tie-embeddings"], False),
+                                           (["--no-tie-embeddings", "--share-source-embeddings"], True)])
+def test_embedding_sharing_flags(flags, shared):
+    import argparse
+
+    from seq2seq.cli import add_config_flags, build_run_config
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config")
+    parser.add_argument("--output-dir")
+    add_config_flags(parser)
+    assert build_run_config(parser.parse_args(flags)).model.shares_source_embeddings is shared

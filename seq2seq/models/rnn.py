@@ -16,8 +16,8 @@ Decoders (one step function shared by teacher forcing and incremental decoding):
   fused over the whole target in ``forward``.
 
 Output layer size: ``embed_dim`` when ``tie_embeddings`` (W_out is then the target embedding
-matrix, no extra projection), else ``decoder_hidden_size``. With ``tie_embeddings`` source and
-target share one embedding table (joint vocabulary).
+matrix, no extra projection), else ``decoder_hidden_size``. With ``shares_source_embeddings`` (by
+default the same as ``tie_embeddings``) source and target share one embedding table (joint vocabulary).
 """
 from __future__ import annotations
 
@@ -213,7 +213,7 @@ class RNNEncoderDecoder(EncoderDecoder):
         super().__init__()
         self.cfg = cfg
         self.embed_src = nn.Embedding(cfg.vocab_size, cfg.embed_dim, padding_idx=0)
-        self.embed_tgt = (self.embed_src if cfg.tie_embeddings
+        self.embed_tgt = (self.embed_src if cfg.shares_source_embeddings
                           else nn.Embedding(cfg.vocab_size, cfg.embed_dim, padding_idx=0))
         self.encoder = RNNEncoder(cfg)
         self.decoder = BahdanauDecoder(cfg) if cfg.attention == "bahdanau" else LuongDecoder(cfg)
