@@ -23,7 +23,8 @@ class ModelConfig:
     vocab_size: int = 0
     dropout: float = 0.1
     tie_embeddings: bool = True  # tie the target input embeddings and the output layer
-    share_source_embeddings: bool | None = None  # source uses the target embeddings (joint vocabulary); None: = tie_embeddings
+    # the source uses the target embedding table (joint vocabulary); None: the same as tie_embeddings
+    share_source_embeddings: bool | None = None
     # RNN
     rnn_cell: str = "gru"  # gru | lstm
     attention: str = "bahdanau"  # one of RNN_ATTENTIONS

@@ -161,7 +161,7 @@ def test_tied_embeddings_are_shared():
 @pytest.mark.parametrize("base", [RNN, TRANSFORMER], ids=["rnn", "transformer"])
 def test_source_embeddings_can_be_separate_from_tied_target_ones(base):
     """--no-share-source-embeddings: target in/out stay tied, the source gets its own table
-    (the peers' configuration); training the source embedding leaves the target one alone."""
+    (the peers' configuration); the source table learns only from source tokens."""
     torch.manual_seed(0)
     model = build_model(ModelConfig(vocab_size=VOCAB, dropout=0.0, **base, share_source_embeddings=False))
     tables = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)]

@@ -133,7 +133,8 @@ class TransformerEncoderDecoder(EncoderDecoder):
         #: decoder positions available (BOS included); None = unbounded (sinusoidal)
         self.max_positions = cfg.max_positions if cfg.positional == "learned" else None
         embed_tgt = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=0)
-        embed_src = embed_tgt if cfg.shares_source_embeddings else nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=0)
+        embed_src = (embed_tgt if cfg.shares_source_embeddings
+                     else nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=0))
         self.src_embed, self.tgt_embed = Embedder(embed_src, cfg), Embedder(embed_tgt, cfg)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.layers))
