@@ -159,20 +159,16 @@ def train_speed(name: str, args: argparse.Namespace) -> dict:
     """
     from torch.utils.flop_counter import FlopCounterMode
 
-    from .cli import add_config_flags, build_run_config
+    from .cli import config_from_flags
     from .corpus import prepare_run_corpus
     from .runtime import peak_rss_mb, seed_everything
     from .training import Trainer
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--config")
-    parser.add_argument("--output-dir")
-    add_config_flags(parser)
     run_dir = Path(args.out) / f"speed-{name}"
     model_flags = [*system_flags(name, peer_sizes=True), "--max-tokens", str(PEER_BATCH_MAX_TOKENS[name])]
     flags = ["--data-dir", str(args.data_dir), "--src", args.src, "--tgt", args.tgt, "--vocab-size",
              str(args.vocab_size), "--precision", args.precision, "--output-dir", str(run_dir), *model_flags]
-    cfg = build_run_config(parser.parse_args(flags))
+    cfg = config_from_flags(flags)
     seed_everything(cfg.train.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     corpus = prepare_run_corpus(cfg, run_dir, quiet=True)
@@ -201,13 +197,12 @@ def train_speed(name: str, args: argparse.Namespace) -> dict:
 def speed(args: argparse.Namespace) -> dict:
     """Matmul peaks, then each system's training speed in its own process, then decoding speed."""
     from .errors import UserError
-    from .runtime import cpu_has_native_bf16
+    from .runtime import cpu_has_native_bf16, precision_warning
 
+    slow = precision_warning(torch.device("cpu"), args.precision)
+    if slow:  # an emulated precision would measure the emulation, not the toolkit
+        raise UserError(slow)
     native_bf16 = cpu_has_native_bf16()
-    if args.precision == "bf16" and not native_bf16:
-        raise UserError("--precision bf16: this CPU has no native bf16 (no AVX512-BF16 / AMX); "
-                        "PyTorch would emulate it, which measures the emulation, not the toolkit. "
-                        "Use --precision fp32 here")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     dtypes = ("float32", "bfloat16") if native_bf16 else ("float32",)  # emulated bf16: ~1 GFLOP/s, skipped

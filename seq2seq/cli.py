@@ -110,6 +110,15 @@ def build_run_config(args: argparse.Namespace) -> RunConfig:
     return RunConfig.from_dict(merged, source=args.config or "options")
 
 
+def config_from_flags(flags: list[str]) -> RunConfig:
+    """The RunConfig that train.py would build from ``flags`` (config flags, --config, --output-dir)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config")
+    parser.add_argument("--output-dir")
+    add_config_flags(parser)
+    return build_run_config(parser.parse_args(flags))
+
+
 def run_cli(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
     """Wrap a CLI main: UserError -> message on stderr and exit 2; Ctrl-C -> exit 130; closed pipe -> 0."""
 

@@ -206,12 +206,6 @@ def test_bad_config_fails_loudly():
                                            (["--no-tie-embeddings"], False),
                                            (["--no-tie-embeddings", "--share-source-embeddings"], True)])
 def test_embedding_sharing_flags(flags, shared):
-    import argparse
+    from seq2seq.cli import config_from_flags
 
-    from seq2seq.cli import add_config_flags, build_run_config
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--config")
-    parser.add_argument("--output-dir")
-    add_config_flags(parser)
-    assert build_run_config(parser.parse_args(flags)).model.shares_source_embeddings is shared
+    assert config_from_flags(flags).model.shares_source_embeddings is shared

@@ -143,15 +143,10 @@ def test_speed_benchmark_refuses_emulated_bf16(tmp_path, monkeypatch, capsys):
 def test_speed_benchmark_models_have_the_peers_parameter_counts(system, peer_millions):
     """The peers' RNN: separate source/target embeddings, untied 512 -> V output layer (12.0 M);
     their Transformer: target embeddings tied to the output layer only (9.6 M)."""
-    import argparse
-
     from seq2seq import bench
-    from seq2seq.cli import add_config_flags, build_run_config
+    from seq2seq.cli import config_from_flags
     from seq2seq.models import build_model
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--config")
-    add_config_flags(parser)
-    cfg = build_run_config(parser.parse_args(["--data-dir", "x", *bench.system_flags(system, peer_sizes=True)]))
+    cfg = config_from_flags(["--data-dir", "x", *bench.system_flags(system, peer_sizes=True)])
     cfg.model.vocab_size = 8000
     assert build_model(cfg.model).num_parameters() / 1e6 == pytest.approx(peer_millions, rel=0.04)
