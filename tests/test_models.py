@@ -180,6 +180,20 @@ def test_source_embeddings_can_be_separate_from_tied_target_ones(base):
     assert (target.grad[not_in_source].abs().sum(-1) > 0).all()  # the output layer trains every row
 
 
+@pytest.mark.parametrize("tie, share", [(True, True), (True, False), (False, False), (False, True)])
+def test_rnn_embedding_init_scale_depends_on_being_the_output_layer(tie, share):
+    """The table that is W_out starts at N(0, 1/E); a table that is only an input at N(0, 1)
+    (small inputs made the untied RNN learn 3x slower). Pad rows are zero."""
+    torch.manual_seed(0)
+    embed = 256
+    model = build_model(ModelConfig(arch="rnn", vocab_size=4000, embed_dim=embed, hidden_size=32,
+                                    decoder_hidden_size=64, tie_embeddings=tie, share_source_embeddings=share))
+    for table in {model.embed_src, model.embed_tgt}:
+        expected = embed ** -0.5 if table.weight is model.generator.weight else 1.0
+        assert table.weight[1:].std().item() == pytest.approx(expected, rel=0.02)
+        assert (table.weight[PAD] == 0).all()
+
+
 def test_share_source_embeddings_defaults_to_tie_embeddings():
     assert ModelConfig().shares_source_embeddings
     assert not ModelConfig(tie_embeddings=False).shares_source_embeddings  # checkpoints before the flag

@@ -224,15 +224,20 @@ class RNNEncoderDecoder(EncoderDecoder):
             self.generator.weight = self.embed_tgt.weight  # out_dim == embed_dim by construction
 
     def reset_parameters(self) -> None:
-        """Xavier-uniform linear layers with zero bias, N(0, 1/E) embeddings with a zero pad row;
-        recurrent weights keep PyTorch's uniform(+-1/sqrt(H)) init."""
+        """Xavier-uniform linear layers with zero bias; recurrent weights keep PyTorch's
+        uniform(+-1/sqrt(H)) init; embeddings with a zero pad row, N(0, 1/E) for the table that is
+        also the output layer W_out (logits of the size of a Xavier layer's) and N(0, 1) for a table
+        that is only an input. (Inputs of std 1/sqrt(E) reach the GRU gates ~16x weaker: the untied
+        peer-size RNN then learned 3x slower, validation perplexity 80 vs 29 after 250 updates on
+        Multi30k; a tied table grows quickly through its output-layer gradient.)"""
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.xavier_uniform_(module.weight)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
         for embedding in {self.embed_src, self.embed_tgt}:
-            nn.init.normal_(embedding.weight, std=self.cfg.embed_dim ** -0.5)
+            is_output_layer = self.cfg.tie_embeddings and embedding is self.embed_tgt
+            nn.init.normal_(embedding.weight, std=self.cfg.embed_dim ** -0.5 if is_output_layer else 1.0)
             with torch.no_grad():
                 embedding.weight[0].zero_()
 
