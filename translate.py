@@ -21,7 +21,8 @@ def parse_args(argv):
     p.add_argument("--beam-size", type=int, default=5, help="1 = greedy (default: 5)")
     p.add_argument("--length-penalty", type=float, default=1.0, help="GNMT length penalty alpha (default: 1.0)")
     p.add_argument("--n-best", type=int, default=1, help="output K hypotheses per line as 'i ||| text ||| score'")
-    p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default: 64)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="sentences per batch (default: 320 / beam size: 320 greedy, 64 with beam 5)")
     p.add_argument("--max-len-ratio", type=float, default=1.5,
                    help="output length bound: ratio * source subwords + 10 (default: 1.5)")
     p.add_argument("--max-input-tokens", type=int, default=250,

@@ -78,19 +78,21 @@ def train_system(name: str, args: argparse.Namespace, run_dir: Path, shared_spm:
 
 def decode_system(run_dir: Path, args: argparse.Namespace) -> dict:
     from .evaluation import corpus_scores
-    from .translator import Translator
+    from .translator import Translator, default_batch_size
 
     sources = (args.data_dir / f"{args.test_split}.{args.src}").read_text(encoding="utf-8").splitlines()
     references = (args.data_dir / f"{args.test_split}.{args.tgt}").read_text(encoding="utf-8").splitlines()
     translator = Translator.from_checkpoint(run_dir / "best.pt", device=args.device)
     results = {}
-    for label, beam, batch in (("greedy", 1, 64), ("beam5", 5, 64), ("greedy_bs1", 1, 1)):
+    for label, beam, batch in (("greedy", 1, default_batch_size(1)), ("beam5", 5, default_batch_size(5)),
+                               ("greedy_bs1", 1, 1)):
         subset = sources if label != "greedy_bs1" else sources[: args.bs1_sentences]
         start = time.perf_counter()
         hyps = translator.translate(subset, beam_size=beam, batch_size=batch, need_attention=False)
         seconds = time.perf_counter() - start
         texts = [h.text for h in hyps]
-        entry = {"sentences": len(subset), "seconds": seconds, "sentences_per_s": len(subset) / seconds,
+        entry = {"sentences": len(subset), "batch_size": batch, "seconds": seconds,
+                 "sentences_per_s": len(subset) / seconds,
                  "tgt_tokens_per_s": sum(len(h.tokens) + 1 for h in hyps) / seconds}
         if label != "greedy_bs1":
             scores = corpus_scores(texts, references, ("bleu", "chrf"))

@@ -203,7 +203,7 @@ class Decoded:
     beam_seconds: float
 
 
-def timed_translate(translator: Translator, sources: list[str], beam_size: int, batch_size: int,
+def timed_translate(translator: Translator, sources: list[str], beam_size: int, batch_size: int | None,
                     quiet: bool) -> tuple[list[str], float]:
     start = time.perf_counter()
     hyps = translator.translate(sources, beam_size=beam_size, batch_size=batch_size,
@@ -211,7 +211,7 @@ def timed_translate(translator: Translator, sources: list[str], beam_size: int, 
     return [h.text for h in hyps], time.perf_counter() - start
 
 
-def decode_system(system: System, sources: list[str], beam_size: int, batch_size: int,
+def decode_system(system: System, sources: list[str], beam_size: int, batch_size: int | None,
                   quiet: bool) -> Decoded:
     """Greedy and beam translations, each timed after an untimed warm-up on a few sentences
     (first calls pay for lazy initialisation); beam size 1 reuses the greedy run."""
@@ -639,7 +639,8 @@ def quality_section(report: dict[str, Any]) -> list[str]:
     lines += ["",
               "Training time, training throughput (target tokens per second of training steps) and peak "
               "resident memory come from each run's `summary.json` (— if there is none). Decoding speed is "
-              f"measured here: the whole test set, batch size {s['batch_size']}, device {s['device']}.",
+              f"measured here: the whole test set, batch size {s['batch_size'] or '320 / beam size'}, "
+              f"device {s['device']}.",
               "", "Signatures:", "", "```"]
     for kind, signatures in q["signatures"].items():
         lines += [f"{kind} {metric}: {sig}" for metric, sig in signatures.items()]
@@ -780,7 +781,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", required=True, help="report directory (new, or an earlier report to replace)")
     parser.add_argument("--names", nargs="+", help="one display name per system (default: run directory names)")
     parser.add_argument("--beam-size", type=int, default=5, help="beam for the scored translations (default: 5)")
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per decoding batch (default: 64)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="sentences per decoding batch (default: 320 / beam size, as translate.py)")
     choice = parser.add_mutually_exclusive_group()
     choice.add_argument("--sentences", type=int, default=3,
                         help="plot the N sentences whose chrF differs most between systems (default: 3)")
@@ -803,7 +805,7 @@ def check_args(args: argparse.Namespace) -> None:
     for flag, value in (("--beam-size", args.beam_size), ("--batch-size", args.batch_size),
                         ("--sentences", args.sentences), ("--bootstrap", args.bootstrap),
                         ("--ar-trials", args.ar_trials)):
-        if value < 1:
+        if value is not None and value < 1:
             raise UserError(f"{flag} must be a positive integer, got {value}")
     bounds = args.length_buckets
     if any(b < 1 for b in bounds) or list(bounds) != sorted(set(bounds)):

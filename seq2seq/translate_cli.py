@@ -23,7 +23,7 @@ import numpy as np
 from .errors import UserError
 from .evaluation import corpus_scores
 from .io_utils import atomic_output, chunks
-from .translator import Translation, Translator, read_lines
+from .translator import Translation, Translator, default_batch_size, read_lines
 
 
 def translate_stream(args: argparse.Namespace) -> int:
@@ -34,7 +34,8 @@ def translate_stream(args: argparse.Namespace) -> int:
                                             max_input_tokens=args.max_input_tokens)
     references = list(read_lines(args.reference)) if args.reference else None
     interactive = args.input in (None, "-") and sys.stdin.isatty()
-    chunk_size = 1 if interactive else args.batch_size * 16
+    batch_size = default_batch_size(args.beam_size) if args.batch_size is None else args.batch_size
+    chunk_size = 1 if interactive else batch_size * 16
     texts: list[str] = []  # kept only for --reference scoring
     done = 0
     with ExitStack() as stack:
@@ -43,7 +44,7 @@ def translate_stream(args: argparse.Namespace) -> int:
         for chunk in chunks(read_lines(args.input), chunk_size):
             results = translator.translate(
                 chunk, beam_size=args.beam_size, length_penalty=args.length_penalty, n_best=args.n_best,
-                batch_size=args.batch_size, max_len_ratio=args.max_len_ratio, need_attention=need_attention,
+                batch_size=batch_size, max_len_ratio=args.max_len_ratio, need_attention=need_attention,
                 first_line=done + 1,
             )
             _write_results(out, results, done, args.n_best)

@@ -29,6 +29,18 @@ from .runtime import resolve_device
 from .search import translate_batch
 from .tokenizer import EOS_ID, PAD_ID, Tokenizer
 
+#: Decoder rows (sentences x beams) per batch when no batch size is given: greedy batches of 320
+#: sentences, beam-5 batches of 64. Every decoding step reads all decoder weights however few rows
+#: it has, so greedy decoding gains from wide batches. Multi30k test, 2 AVX2 cores, greedy sent/s at
+#: 64 / 128 / 256 / 320 sentences per batch: RNN (12.4 M) 150 / 210 / 255 / 255, Transformer (9.6 M)
+#: 155 / 185 / 180 / 190; beam 5 is flat from 64 to 256 sentences (320 to 1,280 rows).
+DECODER_ROWS = 320
+
+
+def default_batch_size(beam_size: int) -> int:
+    """Sentences per batch for ``beam_size`` when none is given: DECODER_ROWS / beam_size."""
+    return max(1, DECODER_ROWS // max(1, beam_size))
+
 
 @dataclass
 class Translation:
@@ -101,16 +113,19 @@ class Translator:
         beam_size: int = 1,
         length_penalty: float = 1.0,
         n_best: int = 1,
-        batch_size: int = 64,
+        batch_size: int | None = None,
         max_len_ratio: float = 1.5,
         need_attention: bool = True,
         progress: bool = False,
         first_line: int = 1,
     ) -> list[Translation]:
-        """Translate ``sentences`` (one string each); the result is in input order.
-        ``first_line`` numbers the first sentence in warnings (for streamed input)."""
+        """Translate ``sentences`` (one string each); the result is in input order. ``batch_size``
+        sentences are decoded together (default: ``default_batch_size(beam_size)``); ``first_line``
+        numbers the first sentence in warnings (for streamed input)."""
         if beam_size < 1 or n_best < 1 or n_best > beam_size:
             raise UserError(f"need 1 <= --n-best ({n_best}) <= --beam-size ({beam_size})")
+        if batch_size is None:
+            batch_size = default_batch_size(beam_size)
         if batch_size < 1:
             raise UserError(f"--batch-size must be positive, got {batch_size}")
         encoded = [self._encode(text, line) for line, text in enumerate(sentences, start=first_line)]

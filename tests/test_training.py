@@ -49,6 +49,17 @@ def test_train_checkpoint_translate_bleu(tmp_path, arch):
     [out] = translator.translate(["twenty-one"], beam_size=2)
     assert isinstance(out.text, str) and out.attention is not None
     assert out.attention.shape[-2:] == (len(out.tgt_pieces), len(out.src_pieces))
+    sentences = ["twenty-one", "", "three hundred and four", "seven"]
+    wide = translator.translate(sentences, beam_size=1, need_attention=False)  # default: one batch
+    alone = translator.translate(sentences, beam_size=1, batch_size=1, need_attention=False)
+    assert [t.text for t in wide] == [t.text for t in alone] and wide[1].text == ""
+
+
+def test_default_decoding_batch_is_320_rows():
+    """Greedy batches of 320 sentences, beam 5 of 64 (see translator.DECODER_ROWS); never 0."""
+    from seq2seq.translator import default_batch_size
+
+    assert (default_batch_size(1), default_batch_size(5), default_batch_size(1000)) == (320, 64, 1)
 
 
 def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tmp_path):
