@@ -197,6 +197,17 @@ def test_rnn_init_scales_follow_the_role_of_each_table(tie, share):
     assert model.generator.weight.std().item() == pytest.approx(out_dim ** -0.5, rel=0.02)
 
 
+@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
+def test_transformer_output_layer_starts_like_a_tied_one(tie):
+    """W_out ~ N(0, 1/d_model) whether or not it is the embedding table (untied Xavier over
+    d_model + V would be 4x smaller at V = 8k and learned slower)."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(arch="transformer", vocab_size=4000, d_model=64, heads=4, ff_size=64,
+                                    layers=1, tie_embeddings=tie))
+    assert (model.generator.weight is model.tgt_embed.tokens.weight) == tie
+    assert model.generator.weight[1:].std().item() == pytest.approx(64 ** -0.5, rel=0.02)
+
+
 def test_share_source_embeddings_defaults_to_tie_embeddings():
     assert ModelConfig().shares_source_embeddings
     assert not ModelConfig(tie_embeddings=False).shares_source_embeddings  # checkpoints before the flag

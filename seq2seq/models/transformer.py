@@ -147,7 +147,10 @@ class TransformerEncoderDecoder(EncoderDecoder):
 
     def reset_parameters(self) -> None:
         """Xavier-uniform linear weights, zero biases; embeddings and learned positions
-        N(0, 1/d_model) (times sqrt(d_model) at the input), pad row zero."""
+        N(0, 1/d_model) (times sqrt(d_model) at the input), pad row zero. An untied output layer
+        starts like a tied one, N(0, 1/d_model): Xavier over (d_model + vocabulary) makes it 4x
+        smaller, and the untied 3+3-layer Multi30k model then had validation perplexity 57.7 instead
+        of 43.3 after 200 updates."""
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.xavier_uniform_(module.weight)
@@ -159,6 +162,8 @@ class TransformerEncoderDecoder(EncoderDecoder):
                 if module.padding_idx is not None:
                     with torch.no_grad():
                         module.weight[module.padding_idx].zero_()
+        if not self.cfg.tie_embeddings:
+            nn.init.normal_(self.generator.weight, std=self.cfg.d_model ** -0.5)
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> dict:
         mask = src_mask[:, None, None, :]  # (B, 1, 1, S)
