@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -53,6 +54,12 @@ def test_train_checkpoint_translate_bleu(tmp_path, arch):
     wide = translator.translate(sentences, beam_size=1, need_attention=False)  # default: one batch
     alone = translator.translate(sentences, beam_size=1, batch_size=1, need_attention=False)
     assert [t.text for t in wide] == [t.text for t in alone] and wide[1].text == ""
+    half = Translator.from_checkpoint(tmp_path / "run" / "best.pt", device="cpu", precision="fp16")
+    assert all(p.dtype == torch.float16 for p in half.model.parameters())
+    [out] = half.translate(["twenty-one"], beam_size=2, batch_size=1)  # attention export included
+    assert isinstance(out.text, str) and out.attention.dtype == np.float32
+    with pytest.raises(UserError, match="--precision must be one of fp32, fp16, bf16"):
+        Translator.from_checkpoint(tmp_path / "run" / "best.pt", device="cpu", precision="int4")
 
 
 def test_default_decoding_batch_is_320_rows():

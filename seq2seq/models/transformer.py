@@ -55,7 +55,8 @@ class Embedder(nn.Module):
             )
         else:
             pe = self.positions.weight[start : start + length]
-        return self.dropout(self.tokens(ids) * math.sqrt(self.d_model) + pe)
+        tokens = self.tokens(ids)
+        return self.dropout(tokens * math.sqrt(self.d_model) + pe.to(tokens.dtype))  # fp16/bf16 decoding
 
 
 class Residual(nn.Module):
