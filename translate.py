@@ -31,7 +31,7 @@ def parse_args(argv):
     p.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"],
                    help="decoding precision (default: fp32). fp16 halves the bytes each step reads: on CPU "
                         "it speeds up one-sentence-at-a-time decoding (--batch-size 1, interactive use) "
-                        "~1.6-2.2x with 97-99%% identical outputs, but slows wide CPU batches ~3x")
+                        "~1.8-2.5x with 97-99%% identical outputs, but slows wide CPU batches ~3x")
     p.add_argument("--reference", help="reference file: print sacrebleu BLEU and chrF with signatures")
     a = p.add_argument_group(
         "alignments and attribution",
