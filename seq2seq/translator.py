@@ -96,9 +96,10 @@ class Translator:
                         precision: str = "fp32") -> "Translator":
         """``precision`` fp16 / bf16 stores the weights and runs decoding in half precision: it
         halves the bytes every step reads, which is what bounds one-sentence-at-a-time decoding on
-        CPU (Multi30k test, batch 1, AVX2: RNN 15.9 -> 35.7, Transformer 13.5 -> 21.5 sentences/s
-        in fp16, 99 / 97 of 100 outputs identical). Wide CPU batches are ~3x slower in fp16 (no
-        fast half-precision matrix kernels there); on GPUs half precision is fast at any width."""
+        CPU (`bench-results/decode-2026-11-23-fp16.json`: Multi30k test, batch 1, AVX2, RNN 13.1 ->
+        33.3 and Transformer 13.9 -> 24.6 sentences/s in fp16, 195 / 199 of 200 outputs identical;
+        bf16 is a little slower there and changes ~10% of outputs). Wide CPU batches are ~3x slower
+        in fp16 (no fast half-precision matrix kernels there); on GPUs it is fast at any width."""
         if precision not in DECODING_DTYPES:
             raise UserError(f"--precision must be one of {', '.join(DECODING_DTYPES)}, got {precision!r}")
         payload = load_checkpoint(path)
