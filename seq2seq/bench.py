@@ -84,23 +84,24 @@ def decode_system(run_dir: Path, args: argparse.Namespace) -> dict:
     references = (args.data_dir / f"{args.test_split}.{args.tgt}").read_text(encoding="utf-8").splitlines()
     translators = {precision: Translator.from_checkpoint(run_dir / "best.pt", device=args.device,
                                                          precision=precision) for precision in ("fp32", "fp16")}
-    results, bs1_texts = {}, {}
-    for label, beam, batch in (("greedy", 1, default_batch_size(1)), ("beam5", 5, default_batch_size(5)),
-                               ("greedy_bs1", 1, 1), ("greedy_bs1_fp16", 1, 1)):
-        translator = translators["fp16" if label.endswith("fp16") else "fp32"]
-        subset = sources if not label.startswith("greedy_bs1") else sources[: args.bs1_sentences]
+    results, bs1_fp32_texts = {}, []
+    runs = (("greedy", 1, default_batch_size(1), "fp32"), ("beam5", 5, default_batch_size(5), "fp32"),
+            ("greedy_bs1", 1, 1, "fp32"), ("greedy_bs1_fp16", 1, 1, "fp16"))  # fp16 speeds up batch 1 on CPU
+    for label, beam, batch, precision in runs:
+        subset = sources[: args.bs1_sentences] if batch == 1 else sources
         start = time.perf_counter()
-        hyps = translator.translate(subset, beam_size=beam, batch_size=batch, need_attention=False)
+        hyps = translators[precision].translate(subset, beam_size=beam, batch_size=batch, need_attention=False)
         seconds = time.perf_counter() - start
         texts = [h.text for h in hyps]
-        entry = {"sentences": len(subset), "batch_size": batch, "seconds": seconds,
+        entry = {"sentences": len(subset), "batch_size": batch, "precision": precision, "seconds": seconds,
                  "sentences_per_s": len(subset) / seconds,
                  "tgt_tokens_per_s": sum(len(h.tokens) + 1 for h in hyps) / seconds}
-        if label.startswith("greedy_bs1"):  # the first bs1_sentences; fp16 is what speeds batch 1 up on CPU
+        if batch == 1:  # on the first bs1_sentences only
             entry["bleu"] = corpus_scores(texts, references[: len(subset)], ("bleu",))["bleu"].score
-            bs1_texts[label] = texts
-            if label != "greedy_bs1":
-                entry["same_outputs_as_fp32"] = sum(a == b for a, b in zip(texts, bs1_texts["greedy_bs1"]))
+            if precision == "fp32":
+                bs1_fp32_texts = texts
+            else:
+                entry["same_outputs_as_fp32"] = sum(a == b for a, b in zip(texts, bs1_fp32_texts))
         else:
             scores = corpus_scores(texts, references, ("bleu", "chrf"))
             entry.update({k: v.score for k, v in scores.items()})
@@ -258,7 +259,7 @@ def speed_table(record: dict) -> str:
         d = record["decode"].get(name)
         decode = (f"{d['greedy']['sentences_per_s']:.1f} | {d['beam5']['sentences_per_s']:.1f} | "
                   f"{d['greedy_bs1']['sentences_per_s']:.1f} | "
-                  f"{d['greedy_bs1_fp16']['sentences_per_s'] if 'greedy_bs1_fp16' in d else float('nan'):.1f} | "
+                  f"{d['greedy_bs1_fp16']['sentences_per_s']:.1f} | "
                   f"{d['greedy']['bleu']:.2f} / {d['beam5']['bleu']:.2f}" if d else "— | — | — | — | —")
         lines.append(f"| {name} | {t['precision']} | {t['parameters'] / 1e6:.1f} M | "
                      f"{t.get('tgt_tokens_per_step', 0):,.0f} | {t['tgt_tokens_per_s']:,.0f} | "
