@@ -28,6 +28,11 @@ def parse_args(argv):
     p.add_argument("--max-input-tokens", type=int, default=250,
                    help="longer inputs are cut to this many subwords, with a warning (default: 250)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    p.add_argument("--shortlist", nargs="?", const="auto", default=None, metavar="FILE",
+                   help="decode each batch over the target tokens its sources can produce (a lexical "
+                        "shortlist; faster, outputs may differ slightly). Without FILE: the run's "
+                        "shortlist.npz next to the checkpoint (train.py writes it; build others with "
+                        "python -m seq2seq.shortlist)")
     p.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"],
                    help="decoding precision (default: fp32). fp16 halves the bytes each step reads: on CPU "
                         "it speeds up one-sentence-at-a-time decoding (--batch-size 1, interactive use) "

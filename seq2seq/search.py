@@ -4,7 +4,8 @@ Both decode a batch of sentences incrementally with ``decode_step`` on the fast 
 weights), each sentence with its own length bound ceil(src_len * max_len_ratio) + max_len_offset
 output tokens (src_len counts the source EOS; a model with learned positions lowers the bound to
 what it can encode), after which EOS is forced. PAD and BOS are never generated. Finished
-sentences leave the active batch.
+sentences leave the active batch. Either search can be restricted to a subset of the vocabulary
+(``OutputVocabulary``, e.g. a lexical shortlist from ``seq2seq.shortlist``).
 
 Attention of the returned hypotheses is computed afterwards by one teacher-forced ``forward``
 pass over the chosen outputs (``need_attention=True``). Because incremental and teacher-forced
@@ -65,26 +66,48 @@ def max_lengths(model: EncoderDecoder, src_mask: torch.Tensor, ratio: float, off
     return limit.clamp(min=0)
 
 
-def _best_tokens(logits: torch.Tensor, force_eos: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``count`` most probable next tokens of every row and their log-probabilities.
+class OutputVocabulary:
+    """The tokens a search may produce: the whole vocabulary, or a subset (a lexical shortlist).
 
-    logits (rows, V) -> log p (rows, count), token ids (rows, count), best first, with
-    log p = log_softmax(z). PAD and BOS are never generated; where ``force_eos`` (one flag per row)
-    holds, only EOS stays possible (the other entries are -inf). Masking comes after the
-    normalisation, so a chosen token's log-probability is the model's own. (One fused log_softmax
-    pass costs less than ``logsumexp`` alone on CPU: 2.2 vs 4.0 ms over 320 x 8,000 logits. Inside
-    decoding 500 Multi30k sentences this function went from 0.19 to 0.12-0.15 s (greedy) and from
-    0.81 to 0.65-0.79 s (beam 5) for the Transformer, ~10% of decoding; torch 2.13, AVX2.)"""
-    log_p = torch.log_softmax(logits.float(), -1)  # (rows, V)
-    log_p[:, PAD_ID] = float("-inf")
-    log_p[:, BOS_ID] = float("-inf")
-    if force_eos.any():
-        eos = log_p[force_eos, EOS_ID]
-        log_p[force_eos] = float("-inf")
-        log_p[force_eos, EOS_ID] = eos
-    if count == 1:
-        return log_p.max(-1, keepdim=True)
-    return log_p.topk(min(count, log_p.size(-1)), dim=-1)
+    ``ids`` (V',) distinct token ids including EOS; ``weight`` the output layer's rows for them
+    (gathered once per batch, not per step). Column c of restricted logits is token ids[c]; the
+    softmax is over the subset. PAD and BOS are never produced (masked after the softmax, as with
+    the whole vocabulary, so a subset that lists every token decodes exactly like no subset).
+    """
+
+    def __init__(self, model: EncoderDecoder, ids: torch.Tensor | None = None) -> None:
+        self.ids, self.weight, self.eos = ids, None, EOS_ID
+        self.banned = [PAD_ID, BOS_ID]  # columns never chosen
+        if ids is not None:
+            if ids.dim() != 1 or len(ids.unique()) != len(ids):
+                raise ValueError("an output vocabulary is a 1-D tensor of distinct token ids")
+            eos = (ids == EOS_ID).nonzero()
+            if len(eos) != 1:
+                raise ValueError("an output vocabulary must contain EOS")
+            self.eos, self.weight = int(eos[0, 0]), model.output_rows(ids)
+            self.banned = ((ids == PAD_ID) | (ids == BOS_ID)).nonzero().squeeze(1).tolist()
+
+    def best_tokens(self, logits: torch.Tensor, force_eos: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``count`` most probable next tokens of every row and their log-probabilities.
+
+        logits (rows, V) -> log p (rows, count), token ids (rows, count), best first, with
+        log p = log_softmax(z) (over the subset, when there is one). PAD and BOS are never
+        generated; where ``force_eos`` (one flag per row) holds, only EOS stays possible (the other
+        entries are -inf). Masking comes after the normalisation, so a chosen token's
+        log-probability is the model's own. (One fused log_softmax pass costs less than
+        ``logsumexp`` alone on CPU: 2.2 vs 4.0 ms over 320 x 8,000 logits.)"""
+        log_p = torch.log_softmax(logits.float(), -1)  # (rows, V)
+        for column in self.banned:
+            log_p[:, column] = float("-inf")
+        if force_eos.any():
+            eos = log_p[force_eos, self.eos]
+            log_p[force_eos] = float("-inf")
+            log_p[force_eos, self.eos] = eos
+        if count == 1:
+            best, column = log_p.max(-1, keepdim=True)
+        else:
+            best, column = log_p.topk(min(count, log_p.size(-1)), dim=-1)
+        return best, column if self.ids is None else self.ids[column]
 
 
 def greedy_search(
@@ -94,9 +117,12 @@ def greedy_search(
     max_len_ratio: float = 1.5,
     max_len_offset: int = 10,
     need_attention: bool = True,
+    vocabulary: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:
-    """Most probable next token at every step; one hypothesis per sentence."""
+    """Most probable next token at every step; one hypothesis per sentence. ``vocabulary``: the
+    token ids it may produce (see ``OutputVocabulary``), default all."""
     with _inference(model):
+        output = OutputVocabulary(model, vocabulary)
         limit = max_lengths(model, src_mask, max_len_ratio, max_len_offset)  # (B,)
         memory = model.encode(src, src_mask)
         state = model.init_state(memory)
@@ -105,8 +131,9 @@ def greedy_search(
         out = torch.full((src.size(0), int(limit.max()) + 1), PAD_ID, device=src.device)  # (B, steps)
         log_prob = torch.zeros(src.size(0), device=src.device)  # (B,)
         for t in range(out.size(1)):
-            logits, state, _ = model.decode_step(memory, state, tokens, need_attention=False)
-            logp, tokens = _best_tokens(logits, t >= limit[rows], 1)  # (active, 1) each
+            logits, state, _ = model.decode_step(memory, state, tokens, need_attention=False,
+                                                 output_weight=output.weight)
+            logp, tokens = output.best_tokens(logits, t >= limit[rows], 1)  # (active, 1) each
             tokens = tokens.squeeze(1)
             log_prob[rows] += logp.squeeze(1)
             out[rows, t] = tokens
@@ -136,6 +163,7 @@ def beam_search(
     max_len_ratio: float = 1.5,
     max_len_offset: int = 10,
     need_attention: bool = True,
+    vocabulary: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search batched over sentences x beams; ``n_best`` hypotheses per sentence, best first.
 
@@ -147,7 +175,8 @@ def beam_search(
         raise UserError(f"need 1 <= --n-best ({n_best}) <= --beam-size ({beam_size})")
     with _inference(model):
         beams = _Beams(model, src, src_mask, beam_size, length_penalty,
-                       max_lengths(model, src_mask, max_len_ratio, max_len_offset))
+                       max_lengths(model, src_mask, max_len_ratio, max_len_offset),
+                       OutputVocabulary(model, vocabulary))
         for t in range(int(beams.limit.max()) + 1):
             if not beams.advance(t):
                 break
@@ -161,12 +190,14 @@ class _Beams:
     """Search state of the active sentences: row n * k + j of memory/state is beam j of sentence n."""
 
     def __init__(self, model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor, k: int,
-                 alpha: float, limit: torch.Tensor) -> None:
+                 alpha: float, limit: torch.Tensor, output: OutputVocabulary) -> None:
         batch, device = src.size(0), src.device
-        self.model, self.k, self.alpha, self.limit = model, k, alpha, limit
-        expand = torch.arange(batch, device=device).repeat_interleave(k)  # (batch * k,)
-        self.memory = select_batch(model.encode(src, src_mask), expand)
-        self.state = model.init_state(self.memory)
+        self.model, self.k, self.alpha, self.limit, self.output = model, k, alpha, limit, output
+        memory = model.encode(src, src_mask)
+        self.expand = torch.arange(batch, device=device).repeat_interleave(k)  # (batch * k,)
+        self.memory = select_batch(memory, self.expand)
+        self.first_step: tuple | None = (memory, model.init_state(memory))  # one row per sentence
+        self.state: dict = {}
         self.rows = torch.arange(batch, device=device)  # sentence of each active sentence
         self.scores = torch.full((batch, k), float("-inf"), device=device)  # raw sum log-prob
         self.scores[:, 0] = 0.0  # only one live beam at the start
@@ -177,10 +208,18 @@ class _Beams:
     def advance(self, t: int) -> bool:
         """One decoding step for every active beam; False once no sentence is left."""
         n, k = len(self.rows), self.k
-        logits, self.state, _ = self.model.decode_step(self.memory, self.state, self.tokens, need_attention=False)
+        if self.first_step is not None:  # all beams of a sentence still hold BOS alone: decode it once
+            memory, state = self.first_step
+            self.first_step = None
+            logits, state, _ = self.model.decode_step(memory, state, self.tokens[::k], need_attention=False,
+                                                      output_weight=self.output.weight)
+            logits, self.state = logits[self.expand], select_batch(state, self.expand)
+        else:
+            logits, self.state, _ = self.model.decode_step(self.memory, self.state, self.tokens,
+                                                           need_attention=False, output_weight=self.output.weight)
         # the 2k best continuations of a sentence are among the 2k best of each of its beams
         force_eos = (t >= self.limit[self.rows]).repeat_interleave(k)  # (n * k,)
-        logp, tokens = _best_tokens(logits, force_eos, 2 * k)  # (n * k, m), m = min(2k, V)
+        logp, tokens = self.output.best_tokens(logits, force_eos, 2 * k)  # (n * k, m), m = min(2k, V)
         m = logp.size(1)
         total = (self.scores.unsqueeze(2) + logp.view(n, k, m)).view(n, k * m)
         top, index = total.topk(min(2 * k, k * m))  # (n, 2k)
@@ -250,13 +289,15 @@ def translate_batch(
     max_len_ratio: float = 1.5,
     max_len_offset: int = 10,
     need_attention: bool = True,
+    vocabulary: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:
-    """Greedy search for ``beam_size == 1``, beam search otherwise."""
+    """Greedy search for ``beam_size == 1``, beam search otherwise; ``vocabulary`` restricts the
+    tokens either may produce (``OutputVocabulary``; e.g. ``Shortlist.vocabulary(src, src_mask)``)."""
     if beam_size < 1:
         raise UserError(f"--beam-size must be >= 1, got {beam_size}")
     if beam_size == 1:
         if n_best != 1:
             raise UserError(f"need 1 <= --n-best ({n_best}) <= --beam-size ({beam_size})")
-        return greedy_search(model, src, src_mask, max_len_ratio, max_len_offset, need_attention)
+        return greedy_search(model, src, src_mask, max_len_ratio, max_len_offset, need_attention, vocabulary)
     return beam_search(model, src, src_mask, beam_size, length_penalty, n_best, max_len_ratio,
-                       max_len_offset, need_attention)
+                       max_len_offset, need_attention, vocabulary)

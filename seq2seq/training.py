@@ -34,7 +34,7 @@ import torch
 from . import distributed
 from .checkpoint import bytes_to_tensor, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .config import RunConfig
-from .corpus import PreparedCorpus
+from .corpus import PreparedCorpus, StreamingCorpus
 from .errors import UserError
 from .evaluation import corpus_scores
 from .loss import label_smoothed_cross_entropy
@@ -437,6 +437,8 @@ def _train(cfg: RunConfig, resume: bool, quiet: bool, final_test: bool) -> Train
     out.mkdir(parents=True, exist_ok=True)
     corpus = prepare_run_corpus(cfg, out, quiet=quiet)
     cfg.model.vocab_size = corpus.tokenizer.vocab_size
+    if distributed.is_main():
+        _write_shortlist(corpus, out, quiet)
     trainer = Trainer(cfg, corpus, quiet=quiet)
     if resume:
         trainer.restore(out / "last.pt")
@@ -455,6 +457,25 @@ def _train(cfg: RunConfig, resume: bool, quiet: bool, final_test: bool) -> Train
         result.test_scores = test_best_checkpoint(trainer, out)
     write_summary(result)
     return result
+
+
+def _write_shortlist(corpus, out: Path, quiet: bool) -> None:
+    """The run's lexical shortlist for ``translate.py --shortlist`` (IBM Model 1 on the training
+    split, at most 100k pairs; ~10 s for Multi30k), unless a resumed run already has one."""
+    from . import shortlist
+
+    path = out / shortlist.FILE_NAME
+    try:
+        if path.exists() and shortlist.Shortlist.load(path).tokenizer == corpus.tokenizer.sha256():
+            return
+    except UserError:  # unreadable: write it again
+        pass
+    if isinstance(corpus, StreamingCorpus):
+        log("shortlist", quiet=quiet, skipped="--streaming", build_with="python -m seq2seq.shortlist")
+        return
+    start = time.perf_counter()
+    shortlist.build_for_run(corpus.columns["train"], corpus.tokenizer, path)
+    log("shortlist", quiet=quiet, path=path, seconds=round(time.perf_counter() - start, 1))
 
 
 def write_summary(result: TrainResult) -> None:

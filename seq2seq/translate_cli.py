@@ -31,7 +31,8 @@ def translate_stream(args: argparse.Namespace) -> int:
     need_attention = bool(args.alignments or args.plot_dir)
     _check_alignment_flags(args, need_attention)
     translator = Translator.from_checkpoint(args.checkpoint, device=args.device,
-                                            max_input_tokens=args.max_input_tokens, precision=args.precision)
+                                            max_input_tokens=args.max_input_tokens, precision=args.precision,
+                                            shortlist=args.shortlist)
     references = list(read_lines(args.reference)) if args.reference else None
     interactive = args.input in (None, "-") and sys.stdin.isatty()
     batch_size = default_batch_size(args.beam_size) if args.batch_size is None else args.batch_size

@@ -27,6 +27,7 @@ from .models import build_model
 from .models.base import EncoderDecoder
 from .runtime import resolve_device
 from .search import translate_batch
+from .shortlist import FILE_NAME as SHORTLIST_FILE, Shortlist
 from .tokenizer import EOS_ID, PAD_ID, Tokenizer
 
 #: Decoder rows (sentences x beams) per batch when no batch size is given: greedy batches of 320
@@ -84,22 +85,29 @@ class Translation:
 
 
 class Translator:
+    """Translates with a model and its tokenizer; with a ``shortlist`` every batch is decoded over
+    the target tokens its sources can produce (``seq2seq.shortlist``), not the whole vocabulary."""
+
     def __init__(self, model: EncoderDecoder, tokenizer: Tokenizer, device: torch.device | str = "cpu",
-                 max_input_tokens: int = 250) -> None:
+                 max_input_tokens: int = 250, shortlist: Shortlist | None = None) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         self.max_input_tokens = max_input_tokens
+        self.shortlist = shortlist
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str = "auto", max_input_tokens: int = 250,
-                        precision: str = "fp32") -> "Translator":
+                        precision: str = "fp32", shortlist: str | Path | None = None) -> "Translator":
         """``precision`` fp16 / bf16 stores the weights and runs decoding in half precision: it
         halves the bytes every step reads, which is what bounds one-sentence-at-a-time decoding on
         CPU (`bench-results/decode-2026-11-23-fp16.json`: Multi30k test, batch 1, AVX2, RNN 13.1 ->
         33.3 and Transformer 13.9 -> 24.6 sentences/s in fp16, 195 / 199 of 200 outputs identical;
         bf16 is a little slower there and changes ~10% of outputs). Wide CPU batches are ~3x slower
-        in fp16 (no fast half-precision matrix kernels there); on GPUs it is fast at any width."""
+        in fp16 (no fast half-precision matrix kernels there); on GPUs it is fast at any width.
+
+        ``shortlist``: a file written by ``seq2seq.shortlist`` (train.py writes the run's
+        ``shortlist.npz``), or "auto" for the one next to the checkpoint."""
         if precision not in DECODING_DTYPES:
             raise UserError(f"--precision must be one of {', '.join(DECODING_DTYPES)}, got {precision!r}")
         payload = load_checkpoint(path)
@@ -116,7 +124,15 @@ class Translator:
         dev = resolve_device(device)
         if config.model.arch == "transformer" and config.model.positional == "learned":
             max_input_tokens = min(max_input_tokens, config.model.max_positions - 1)
-        return cls(model.to(dev, DECODING_DTYPES[precision]), tokenizer, dev, max_input_tokens)
+        if shortlist is not None:
+            if str(shortlist) == "auto":
+                run_dir = Path(path) if Path(path).is_dir() else Path(path).parent
+                shortlist = run_dir / SHORTLIST_FILE
+            shortlist = Shortlist.load(shortlist, tokenizer.sha256())
+            if shortlist.vocab_size != config.model.vocab_size:
+                raise UserError(f"shortlist covers {shortlist.vocab_size} tokens, checkpoint {path} has "
+                                f"{config.model.vocab_size}; rebuild it with `python -m seq2seq.shortlist`")
+        return cls(model.to(dev, DECODING_DTYPES[precision]), tokenizer, dev, max_input_tokens, shortlist)
 
     def translate(
         self,
@@ -152,9 +168,11 @@ class Translator:
             batches = tqdm(batches, desc="translate", unit="batch", file=sys.stderr)
         for batch in batches:
             src, src_mask = self._pad([encoded[i] for i in batch])
+            vocabulary = None if self.shortlist is None else self.shortlist.vocabulary(src, src_mask)
             hypotheses = translate_batch(
                 self.model, src, src_mask, beam_size=beam_size, length_penalty=length_penalty,
                 n_best=n_best, max_len_ratio=max_len_ratio, need_attention=need_attention,
+                vocabulary=vocabulary,
             )
             for i, hyps in zip(batch, hypotheses):
                 results[i] = self._to_translation(sentences[i], encoded[i], hyps)

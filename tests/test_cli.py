@@ -67,8 +67,31 @@ def test_output_file_reference_scores_and_nbest(checkpoint, tmp_path):
     assert len(rows) == 3 and all(r.startswith("0 ||| ") for r in rows)
 
 
+def test_shortlist_written_by_training_used_by_translate_and_rebuilt_by_its_cli(checkpoint, tmp_path):
+    assert (checkpoint.parent / "shortlist.npz").is_file()  # train.py wrote the run's shortlist
+    lines = "twenty-one\nseven\nthree hundred and five\n"
+    proc = run("translate.py", "--checkpoint", str(checkpoint), "--shortlist", stdin=lines)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.splitlines()) == 3
+    src, tgt = tmp_path / "train.src", tmp_path / "train.tgt"
+    src.write_text(lines, encoding="utf-8")
+    tgt.write_text("einundzwanzig\nsieben\ndreihundertfünf\n", encoding="utf-8")
+    built = tmp_path / "other.npz"
+    proc = subprocess.run([sys.executable, "-m", "seq2seq.shortlist", "--checkpoint", str(checkpoint),
+                           "--src", str(src), "--tgt", str(tgt), "--output", str(built)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0 and built.is_file(), proc.stderr
+    proc = run("translate.py", "--checkpoint", str(checkpoint), "--shortlist", str(built), stdin=lines)
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 3, proc.stderr
+    tgt.write_text("einundzwanzig\n", encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "seq2seq.shortlist", "--checkpoint", str(checkpoint),
+                           "--src", str(src), "--tgt", str(tgt)], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2 and "line-aligned" in proc.stderr and "Traceback" not in proc.stderr
+
+
 @pytest.mark.parametrize("args, message", [
     (["--checkpoint", "nowhere.pt"], "no such file"),
+    (["--checkpoint", "CKPT", "--shortlist", "absent.npz"], "absent.npz"),
     (["--checkpoint", "CKPT", "--input", "missing.txt"], "missing.txt"),
     (["--checkpoint", "CKPT", "--n-best", "3", "--beam-size", "2"], "--n-best"),
     (["--checkpoint", "CKPT", "--reference", "REF"], "--reference"),

@@ -132,6 +132,11 @@ class TokenColumns:
     def tgt_lengths(self) -> np.ndarray:
         return self._tgt.lengths
 
+    def pairs(self, indices: Sequence[int]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The source and target id arrays of rows ``indices`` (views, no copies)."""
+        rows = np.asarray(indices, dtype=np.int64)
+        return self._src.rows(rows), self._tgt.rows(rows)
+
     def batch(self, indices: Sequence[int]) -> Batch:
         rows = np.asarray(indices, dtype=np.int64)
         return _pad_batch(self._src.rows(rows), self._tgt.rows(rows), [int(i) for i in indices])

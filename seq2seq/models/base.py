@@ -6,7 +6,9 @@ Every architecture implements ``EncoderDecoder``:
 * ``init_state(memory) -> state`` gives the decoder state before the first target token.
 * ``decode_step(memory, state, tokens) -> (logits, state, attention)`` advances one target
   position for a batch of previous tokens. Generation is incremental: RNNs carry their hidden
-  state, Transformers a key/value cache.
+  state, Transformers a key/value cache. ``output_weight`` (rows of ``generator.weight``, from
+  ``output_rows``) restricts the logits to a vocabulary subset (lexical shortlists).
+* ``generator`` is the bias-free output layer, ``nn.Linear(features, vocab)``.
 * ``forward(src, src_mask, tgt_in) -> (logits, attention)`` is teacher-forced decoding of a whole
   target prefix, used for training and for re-scoring / exporting chosen hypotheses.
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 Tree = Any  # dict / list / tuple of tensors (batch-first), or None
@@ -56,14 +59,27 @@ class EncoderDecoder(nn.Module):
     def init_state(self, memory: dict) -> dict:
         raise NotImplementedError
 
+    generator: nn.Linear  # features -> vocabulary logits, no bias
+
     def decode_step(
-        self, memory: dict, state: dict, tokens: torch.Tensor, need_attention: bool = True
+        self, memory: dict, state: dict, tokens: torch.Tensor, need_attention: bool = True,
+        output_weight: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict, torch.Tensor | None]:
         """tokens (batch,) -> logits (batch, vocab), new state, attention (batch, L, H, src_len).
 
-        With ``need_attention=False`` a model may take a faster path and return None.
+        With ``need_attention=False`` a model may take a faster path and return None. With
+        ``output_weight`` (V', features) = ``output_rows(ids)`` the logits are (batch, V'), those of
+        the tokens ``ids`` only.
         """
         raise NotImplementedError
+
+    def output_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """The output layer's rows for the token ids (V',) -> (V', features), for ``decode_step``."""
+        return self.generator.weight.index_select(0, ids)
+
+    def logits(self, features: torch.Tensor, output_weight: torch.Tensor | None = None) -> torch.Tensor:
+        """features (..., D) -> logits over the vocabulary, or over ``output_weight``'s rows only."""
+        return self.generator(features) if output_weight is None else F.linear(features, output_weight)
 
     def forward(
         self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, need_attention: bool = False

@@ -260,10 +260,11 @@ class RNNEncoderDecoder(EncoderDecoder):
         return self.decoder.init_state(memory)
 
     def decode_step(
-        self, memory: dict, state: dict, tokens: torch.Tensor, need_attention: bool = True
+        self, memory: dict, state: dict, tokens: torch.Tensor, need_attention: bool = True,
+        output_weight: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict, torch.Tensor | None]:
         features, state, weights = self.decoder.step(memory, state, self.dropout(self.embed_tgt(tokens)))
-        logits = self.generator(self.dropout(features))  # (B, V)
+        logits = self.logits(self.dropout(features), output_weight)  # (B, V) or (B, V')
         return logits, state, weights[:, None, None] if need_attention else None  # (B, 1, 1, S)
 
     def forward(

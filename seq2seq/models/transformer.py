@@ -180,7 +180,8 @@ class TransformerEncoderDecoder(EncoderDecoder):
         empty = k.new_zeros(k.size(0), k.size(1), 0, k.size(3))  # (B, heads, 0, d_k)
         return {"self_kv": [(empty, empty) for _ in self.decoder]}
 
-    def _decode(self, memory: dict, x: torch.Tensor, caches: list | None, need_attention: bool):
+    def _decode(self, memory: dict, x: torch.Tensor, caches: list | None, need_attention: bool,
+                output_weight: torch.Tensor | None = None):
         """Run the decoder stack on embedded x (B, T, D) -> logits (B, T, V), caches, weights."""
         mask = memory["src_mask"][:, None, None, :]  # (B, 1, 1, S)
         new_caches, weights = [], []
@@ -188,15 +189,16 @@ class TransformerEncoderDecoder(EncoderDecoder):
             cache = None if caches is None else caches[i]
             x, cache, w = layer(x, memory["cross_kv"][i], mask, cache, need_attention)
             new_caches.append(cache), weights.append(w)
-        logits = self.generator(self.dec_norm(x))
+        logits = self.logits(self.dec_norm(x), output_weight)
         return logits, new_caches, torch.stack(weights, 1) if need_attention else None  # (B, L, H, T, S)
 
     def decode_step(
-        self, memory: dict, state: dict, tokens: torch.Tensor, need_attention: bool = True
+        self, memory: dict, state: dict, tokens: torch.Tensor, need_attention: bool = True,
+        output_weight: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict, torch.Tensor | None]:
         step = state["self_kv"][0][0].size(2)  # number of positions already decoded
         x = self.tgt_embed(tokens.unsqueeze(1), start=step)  # (B, 1, D)
-        logits, caches, weights = self._decode(memory, x, state["self_kv"], need_attention)
+        logits, caches, weights = self._decode(memory, x, state["self_kv"], need_attention, output_weight)
         return logits[:, 0], {"self_kv": caches}, weights[:, :, :, 0] if need_attention else None
 
     def forward(

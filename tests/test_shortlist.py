@@ -1,0 +1,134 @@
+"""Lexical shortlists: IBM Model 1 tables, batch vocabularies, restricted search, files and CLI."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from seq2seq.errors import UserError
+from seq2seq.search import OutputVocabulary, beam_search, greedy_search
+from seq2seq.shortlist import Shortlist, ibm1_table, main as shortlist_main
+from test_models import BOS, EOS, PAD, VOCAB, make_model, reverse_batch, train
+
+V = 40  # token ids 4..39 are ordinary
+TRANSLATE = {s: (s * 7) % 36 + 4 for s in range(4, V)}  # a bijection on the ordinary ids
+
+
+def _parallel(n: int, seed: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Sentences of 3-7 random source tokens, targets their word-by-word translations shuffled."""
+    rng = np.random.default_rng(seed)
+    src, tgt = [], []
+    for _ in range(n):
+        s = rng.integers(4, V, rng.integers(3, 8))
+        src.append(np.append(s, EOS))  # sources end in EOS as encoded corpora do
+        tgt.append(rng.permutation([TRANSLATE[int(x)] for x in s]))
+    return src, tgt
+
+
+def test_ibm1_finds_the_translations_and_is_a_distribution():
+    src, tgt = _parallel(600)
+    pair_src, pair_tgt, prob = ibm1_table(src, tgt, V, iterations=5)
+    assert np.allclose(np.bincount(pair_src, weights=prob)[4:V], 1.0)  # sum_t t(t | s) = 1
+    for s in range(4, V):
+        rows = pair_src == s
+        assert pair_tgt[rows][np.argmax(prob[rows])] == TRANSLATE[s]
+    assert pair_tgt.min() >= 4  # specials (EOS in the sources) never enter the table
+
+
+def test_chunked_estimation_equals_one_pass():
+    src, tgt = _parallel(300, seed=1)
+    whole = ibm1_table(src, tgt, V, chunk=10_000)
+    chunked = ibm1_table(src, tgt, V, chunk=7)
+    for a, b in zip(whole, chunked):
+        np.testing.assert_allclose(a, b)
+
+
+def test_batch_vocabulary_holds_eos_frequent_sources_and_their_translations():
+    src, tgt = _parallel(600)
+    shortlist = Shortlist.build(src, tgt, V, "tok", max_translations=3, max_frequent=5).with_sizes(1, 2)
+    batch = torch.tensor([[5, 9, EOS, PAD], [6, EOS, PAD, PAD]])
+    ids = shortlist.vocabulary(batch, batch != PAD).tolist()
+    expected = {EOS, 5, 9, 6, TRANSLATE[5], TRANSLATE[9], TRANSLATE[6], *shortlist.frequent[:2].tolist()}
+    assert ids == sorted(expected)
+    assert PAD not in ids and BOS not in ids
+    assert len(shortlist.with_sizes(3, 5).vocabulary(batch, batch != PAD)) > len(ids)
+
+
+def test_save_load_round_trip_and_errors(tmp_path):
+    src, tgt = _parallel(100)
+    shortlist = Shortlist.build(src, tgt, V, "abc", max_translations=4, max_frequent=6).with_sizes(2, 3)
+    path = tmp_path / "shortlist.npz"
+    shortlist.save(path)
+    back = Shortlist.load(path, tokenizer="abc")
+    np.testing.assert_array_equal(back.translations, shortlist.translations)
+    np.testing.assert_array_equal(back.frequent, shortlist.frequent)
+    assert (back.translations_per_token, back.frequent_tokens) == (2, 3)
+    with pytest.raises(UserError, match="another SentencePiece model"):
+        Shortlist.load(path, tokenizer="xyz")
+    with pytest.raises(UserError, match="no such file.*seq2seq.shortlist"):
+        Shortlist.load(tmp_path / "absent.npz")
+    (tmp_path / "bad.npz").write_bytes(b"not a zip file")
+    with pytest.raises(UserError, match="bad.npz"):
+        Shortlist.load(tmp_path / "bad.npz")
+    with pytest.raises(UserError, match=">= 0"):
+        shortlist.with_sizes(-1, 3)
+
+
+# ------------------------------------------------------------------- search over a vocabulary
+
+ALL = torch.arange(VOCAB)
+
+
+@pytest.fixture(scope="module", params=["bahdanau", "transformer-pre"])
+def model(request):
+    return train(make_model(request.param), {"bahdanau": 25, "transformer-pre": 40}[request.param], 1e-2)
+
+
+@pytest.fixture(scope="module")
+def batch():
+    src, mask, _, _ = reverse_batch(6, torch.Generator().manual_seed(7), 1, 6)
+    return src, mask
+
+
+def test_full_vocabulary_decodes_exactly_like_no_vocabulary(model, batch):
+    for search in (greedy_search, lambda *a, **k: beam_search(*a, beam_size=3, n_best=2, **k)):
+        plain = search(model, *batch, need_attention=False)
+        listed = search(model, *batch, need_attention=False, vocabulary=ALL)
+        for p_sent, l_sent in zip(plain, listed):
+            assert [h.tokens for h in p_sent] == [h.tokens for h in l_sent]
+            assert [h.log_prob for h in p_sent] == pytest.approx([h.log_prob for h in l_sent], abs=1e-5)
+
+
+def test_restricted_search_uses_only_the_vocabulary_renormalised(model, batch):
+    src, mask = batch
+    ids = torch.tensor([EOS] + sorted(set(src[0].tolist()) - {PAD, EOS, BOS}))  # the first source's tokens
+    for hyps in (greedy_search(model, src, mask, vocabulary=ids),
+                 beam_search(model, src, mask, beam_size=3, n_best=3, vocabulary=ids)):
+        for i, sentence in enumerate(hyps):
+            length = int(mask[i].sum())
+            for h in sentence:
+                assert set(h.tokens) <= set(ids.tolist())
+                with torch.no_grad():  # teacher-forced, softmax over the vocabulary only
+                    logits, _ = model.eval()(src[i:i + 1, :length], mask[i:i + 1, :length],
+                                             torch.tensor([[BOS] + h.tokens]))
+                logp = logits[0][:, ids].log_softmax(-1)
+                columns = torch.tensor([ids.tolist().index(t) for t in h.tokens + [EOS]])
+                assert h.log_prob == pytest.approx(logp.gather(1, columns[:, None]).sum().item(), abs=1e-4)
+                assert h.attention is not None  # attention export works as without a shortlist
+
+
+def test_output_vocabulary_rejects_bad_ids(model):
+    for bad in (torch.tensor([EOS, 5, 5]), torch.tensor([5, 6]), torch.tensor([[EOS, 5]])):
+        with pytest.raises(ValueError):
+            OutputVocabulary(model, bad)
+
+
+# ------------------------------------------------------------------------------ the CLI
+
+
+def test_cli_errors_name_the_files(tmp_path, capsys):
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("x\ny\n", encoding="utf-8")
+    b.write_text("x\n", encoding="utf-8")
+    with pytest.raises(UserError, match="no such file"):
+        shortlist_main(["--checkpoint", str(tmp_path / "none.pt"), "--src", str(a), "--tgt", str(b)])
