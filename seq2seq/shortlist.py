@@ -102,8 +102,8 @@ class Shortlist:
     translations: np.ndarray
     frequent: np.ndarray
     tokenizer: str  # Tokenizer.sha256() of the SentencePiece model the ids belong to
-    translations_per_token: int = 50
-    frequent_tokens: int = 100
+    translations_per_token: int = 100
+    frequent_tokens: int = 300
 
     @property
     def vocab_size(self) -> int:
@@ -189,6 +189,15 @@ def build_for_run(columns, tokenizer, path: str | Path, max_pairs: int = 100_000
     return shortlist
 
 
+def build_from_text(tokenizer, src_lines: Sequence[str], tgt_lines: Sequence[str],
+                    max_pairs: int = 100_000) -> Shortlist:
+    """A shortlist from line-aligned training text, encoded with the run's ``tokenizer``."""
+    rows = sample_rows(len(src_lines), max_pairs)
+    src = [np.array(tokenizer.encode(src_lines[i]), dtype=np.int64) for i in rows]
+    tgt = [np.array(tokenizer.encode(tgt_lines[i]), dtype=np.int64) for i in rows]
+    return Shortlist.build(src, tgt, tokenizer.vocab_size, tokenizer.sha256())
+
+
 def main(argv: list[str] | None = None) -> int:
     """python -m seq2seq.shortlist --checkpoint RUN --src train.de --tgt train.en"""
     import argparse
@@ -217,12 +226,9 @@ def main(argv: list[str] | None = None) -> int:
                         f"{len(tgt_lines)}; the files must be line-aligned")
     if not src_lines:
         raise UserError(f"--src {args.src} is empty")
-    rows = sample_rows(len(src_lines), args.max_pairs)
-    src = [np.array(tokenizer.encode(src_lines[i]), dtype=np.int64) for i in rows]
-    tgt = [np.array(tokenizer.encode(tgt_lines[i]), dtype=np.int64) for i in rows]
     output = Path(args.output) if args.output else (checkpoint if checkpoint.is_dir() else checkpoint.parent) / FILE_NAME
-    Shortlist.build(src, tgt, tokenizer.vocab_size, tokenizer.sha256()).save(output)
-    print(f"shortlist: {output} ({len(rows)} pairs)", file=sys.stderr)
+    build_from_text(tokenizer, src_lines, tgt_lines, args.max_pairs).save(output)
+    print(f"shortlist: {output} ({min(len(src_lines), args.max_pairs)} pairs)", file=sys.stderr)
     return 0
 
 

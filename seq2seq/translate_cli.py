@@ -33,6 +33,10 @@ def translate_stream(args: argparse.Namespace) -> int:
     translator = Translator.from_checkpoint(args.checkpoint, device=args.device,
                                             max_input_tokens=args.max_input_tokens, precision=args.precision,
                                             shortlist=args.shortlist)
+    if args.shortlist_sizes is not None:
+        if translator.shortlist is None:
+            raise UserError("--shortlist-sizes needs --shortlist")
+        translator.shortlist = translator.shortlist.with_sizes(*args.shortlist_sizes)
     references = list(read_lines(args.reference)) if args.reference else None
     interactive = args.input in (None, "-") and sys.stdin.isatty()
     batch_size = default_batch_size(args.beam_size) if args.batch_size is None else args.batch_size

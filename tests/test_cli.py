@@ -81,7 +81,8 @@ def test_shortlist_written_by_training_used_by_translate_and_rebuilt_by_its_cli(
                            "--src", str(src), "--tgt", str(tgt), "--output", str(built)],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0 and built.is_file(), proc.stderr
-    proc = run("translate.py", "--checkpoint", str(checkpoint), "--shortlist", str(built), stdin=lines)
+    proc = run("translate.py", "--checkpoint", str(checkpoint), "--shortlist", str(built),
+               "--shortlist-sizes", "2", "5", stdin=lines)
     assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 3, proc.stderr
     tgt.write_text("einundzwanzig\n", encoding="utf-8")
     proc = subprocess.run([sys.executable, "-m", "seq2seq.shortlist", "--checkpoint", str(checkpoint),
@@ -92,6 +93,8 @@ def test_shortlist_written_by_training_used_by_translate_and_rebuilt_by_its_cli(
 @pytest.mark.parametrize("args, message", [
     (["--checkpoint", "nowhere.pt"], "no such file"),
     (["--checkpoint", "CKPT", "--shortlist", "absent.npz"], "absent.npz"),
+    (["--checkpoint", "CKPT", "--shortlist-sizes", "5", "10"], "needs --shortlist"),
+    (["--checkpoint", "CKPT", "--shortlist", "--shortlist-sizes", "-1", "10"], ">= 0"),
     (["--checkpoint", "CKPT", "--input", "missing.txt"], "missing.txt"),
     (["--checkpoint", "CKPT", "--n-best", "3", "--beam-size", "2"], "--n-best"),
     (["--checkpoint", "CKPT", "--reference", "REF"], "--reference"),
@@ -132,3 +135,25 @@ def test_config_file_with_unknown_key(tmp_path):
     proc = run("train.py", "--config", str(cfg), "--output-dir", str(tmp_path / "run"), cwd=tmp_path)
     assert proc.returncode == 2
     assert "hiden_size" in proc.stderr and "run.yaml" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bench_decodes_with_and_without_the_shortlist(checkpoint, tmp_path):
+    import argparse
+    import shutil
+
+    from seq2seq.bench import decode_system
+
+    run_dir, data = tmp_path / "run", tmp_path / "data"
+    run_dir.mkdir(), data.mkdir()
+    shutil.copy(checkpoint, run_dir / "best.pt")  # no shortlist.npz: the bench builds it from train.*
+    for split, en, de in (("train", "seven\ntwenty-one\n", "sieben\neinundzwanzig\n"),
+                          ("test", "seven\nthree\nfive\n", "sieben\ndrei\nfünf\n")):
+        (data / f"{split}.en").write_text(en, encoding="utf-8")
+        (data / f"{split}.de").write_text(de, encoding="utf-8")
+    args = argparse.Namespace(data_dir=data, src="en", tgt="de", test_split="test", device="cpu", bs1_sentences=2)
+    result = decode_system(run_dir, args)
+    assert (run_dir / "shortlist.npz").is_file()
+    assert set(result) == {"greedy", "beam5", "greedy_shortlist", "beam5_shortlist", "greedy_bs1", "greedy_bs1_fp16"}
+    assert 0 <= result["beam5_shortlist"]["same_outputs_as_beam5"] <= 3
+    assert 0 <= result["greedy_bs1_fp16"]["same_outputs_as_greedy_bs1"] <= 2
+    assert result["greedy_bs1"]["sentences"] == 2 and result["beam5"]["sentences"] == 3
