@@ -35,7 +35,7 @@ def parse_args(argv):
                         "python -m seq2seq.shortlist)")
     p.add_argument("--shortlist-sizes", nargs=2, type=int, metavar=("K", "N"), default=None,
                    help="with --shortlist: K translations per source token and the N most frequent "
-                        "target tokens (default: 100 300; smaller is faster, see README Speed)")
+                        "target tokens (default: 30 300; smaller is faster, see README Speed)")
     p.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"],
                    help="decoding precision (default: fp32). fp16 halves the bytes each step reads: on CPU "
                         "it speeds up one-sentence-at-a-time decoding (--batch-size 1, interactive use) "

@@ -95,15 +95,24 @@ class Shortlist:
     """Per source token its most probable translations, and the target tokens by frequency.
 
     ``translations`` (vocab, K) int32, best first, -1 where a token has fewer than K;
-    ``frequent`` (N,) int32, most frequent first. ``translations_per_token`` / ``frequent_tokens``
-    are how many of each ``vocabulary`` takes (at most K / N).
+    ``frequent`` (N,) int32, most frequent first. A batch's vocabulary takes the
+    ``frequent_tokens`` most frequent tokens and, per source token, its ``translations_per_token``
+    best translations *among the others* (IBM 1's best translations of a content word are mostly
+    'a', '.', 'the', ...: counting those would waste the budget on tokens already in).
     """
 
     translations: np.ndarray
     frequent: np.ndarray
     tokenizer: str  # Tokenizer.sha256() of the SentencePiece model the ids belong to
-    translations_per_token: int = 100
+    translations_per_token: int = 30
     frequent_tokens: int = 300
+
+    def __post_init__(self) -> None:
+        table = self.translations.astype(np.int64)
+        table[np.isin(table, self.frequent[: self.frequent_tokens])] = -1
+        rank = np.cumsum(table >= 0, axis=1)  # 1-based rank among the kept entries
+        table[rank > self.translations_per_token] = -1
+        self._table = table  # (vocab, K): the translations a vocabulary takes, -1 elsewhere
 
     @property
     def vocab_size(self) -> int:
@@ -135,7 +144,7 @@ class Shortlist:
         source = torch.unique(src[src_mask]).cpu().numpy()
         source = source[(source >= 0) & (source < self.vocab_size)]
         parts = [np.array([EOS_ID]), self.frequent[: self.frequent_tokens], source,
-                 self.translations[source, : self.translations_per_token].ravel()]
+                 self._table[source].ravel()]
         ids = np.unique(np.concatenate([p.astype(np.int64) for p in parts]))
         ids = ids[(ids == EOS_ID) | (ids >= FIRST_REAL_ID)]  # no other specials, no -1 (table padding)
         return torch.from_numpy(ids).to(src.device)
