@@ -153,7 +153,17 @@ def test_bench_decodes_with_and_without_the_shortlist(checkpoint, tmp_path):
     args = argparse.Namespace(data_dir=data, src="en", tgt="de", test_split="test", device="cpu", bs1_sentences=2)
     result = decode_system(run_dir, args)
     assert (run_dir / "shortlist.npz").is_file()
-    assert set(result) == {"greedy", "beam5", "greedy_shortlist", "beam5_shortlist", "greedy_bs1", "greedy_bs1_fp16"}
+    assert set(result) == {"greedy", "beam5", "greedy_shortlist", "beam5_shortlist", "greedy_bs1", "greedy_bs1_fp16",
+                           "greedy_bs1_shortlist"}
     assert 0 <= result["beam5_shortlist"]["same_outputs_as_beam5"] <= 3
     assert 0 <= result["greedy_bs1_fp16"]["same_outputs_as_greedy_bs1"] <= 2
     assert result["greedy_bs1"]["sentences"] == 2 and result["beam5"]["sentences"] == 3
+    from seq2seq.bench import speed_table
+
+    train = {"precision": "fp32", "parameters": 1e6, "tgt_tokens_per_step": 100, "tgt_tokens_per_s": 1000,
+             "model_gflop_per_s_estimate": 10, "fraction_of_matmul_peak": 0.1, "peak_rss_mb": 500}
+    table = speed_table({"matmul_gflop_per_s": {"float32_square2048": 100, "float32_ffn4400x256x1024": 90},
+                         "train": {"tiny": train}, "decode": {"tiny": result}})
+    row = table.splitlines()[-1]
+    assert row.count("|") == table.splitlines()[-2].count("|")  # as many cells as the header
+    assert f"{result['beam5_shortlist']['sentences_per_s']:.1f}" in row
