@@ -252,6 +252,30 @@ def speed(args: argparse.Namespace) -> dict:
     return record
 
 
+def decode(args: argparse.Namespace) -> dict:
+    """``decode_system`` for each run, ``repeats`` times in turn; the median sentences/s per row."""
+    import statistics
+
+    from .errors import UserError
+
+    runs = {name: Path(args.checkpoints) / name for name in args.systems}
+    for name, run_dir in runs.items():
+        if not (run_dir / "best.pt").is_file():
+            raise UserError(f"--checkpoints {args.checkpoints}: no {name}/best.pt")
+    record = {"benchmark": "decode", "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M"),
+              "machine": machine(), "test_split": args.test_split, "runs": {name: [] for name in runs}}
+    for _ in range(args.repeats):
+        for name, run_dir in runs.items():
+            record["runs"][name].append(decode_system(run_dir, args))
+    record["median_sentences_per_s"] = {
+        name: {label: statistics.median(r[label]["sentences_per_s"] for r in results) for label in results[0]}
+        for name, results in record["runs"].items()}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(record["median_sentences_per_s"], indent=2))
+    return record
+
+
 def _forwarded(args: argparse.Namespace) -> list[str]:
     return ["--data-dir", str(args.data_dir), "--src", args.src, "--tgt", args.tgt, "--vocab-size",
             str(args.vocab_size), "--steps", str(args.steps), "--warmup", str(args.warmup),
@@ -318,6 +342,14 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--checkpoints", help="quality-benchmark output dir: decode its <system>/best.pt")
     s.add_argument("--bs1-sentences", type=int, default=200)
     s.add_argument("--out", default="bench-results/speed")
+    d = sub.add_parser("decode", help="decoding only: sentences/s and BLEU of existing runs, repeated")
+    _common_flags(d)
+    d.add_argument("--test-split", default="test_2016_flickr")
+    d.add_argument("--checkpoints", required=True, help="a directory of runs <system>/best.pt")
+    d.add_argument("--systems", nargs="+", default=["rnn-bahdanau", "transformer"])
+    d.add_argument("--repeats", type=int, default=1, help="decode every system this many times (timings are noisy)")
+    d.add_argument("--bs1-sentences", type=int, default=200)
+    d.add_argument("--out", default="bench-results/decode.json")
     t = sub.add_parser("train-speed", help=argparse.SUPPRESS)  # one system, in a child process
     t.add_argument("system", choices=list(SYSTEMS))
     t.add_argument("--json", required=True)
@@ -337,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
             quality(args)
         elif args.command == "speed":
             speed(args)
+        elif args.command == "decode":
+            decode(args)
         else:
             Path(args.json).write_text(json.dumps(train_speed(args.system, args), indent=2), encoding="utf-8")
     except UserError as exc:

@@ -167,3 +167,25 @@ def test_bench_decodes_with_and_without_the_shortlist(checkpoint, tmp_path):
     row = table.splitlines()[-1]
     assert row.count("|") == table.splitlines()[-2].count("|")  # as many cells as the header
     assert f"{result['beam5_shortlist']['sentences_per_s']:.1f}" in row
+
+
+def test_bench_decode_command_repeats_and_takes_medians(checkpoint, tmp_path):
+    import json
+    import shutil
+
+    from seq2seq import bench
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, en, de in (("train", "seven\n", "sieben\n"), ("test", "seven\nthree\n", "sieben\ndrei\n")):
+        (data / f"{split}.en").write_text(en, encoding="utf-8")
+        (data / f"{split}.de").write_text(de, encoding="utf-8")
+    (tmp_path / "runs" / "tiny").mkdir(parents=True)
+    shutil.copy(checkpoint, tmp_path / "runs" / "tiny" / "best.pt")
+    out = tmp_path / "decode.json"
+    common = ["decode", "--data-dir", str(data), "--src", "en", "--tgt", "de", "--test-split", "test",
+              "--bs1-sentences", "1", "--out", str(out)]
+    assert bench.main([*common, "--checkpoints", str(tmp_path / "runs"), "--systems", "tiny", "--repeats", "2"]) == 0
+    record = json.loads(out.read_text())
+    assert len(record["runs"]["tiny"]) == 2 and "beam5_shortlist" in record["median_sentences_per_s"]["tiny"]
+    assert bench.main([*common, "--checkpoints", str(tmp_path / "runs"), "--systems", "absent"]) == 2
