@@ -474,7 +474,11 @@ def _write_shortlist(corpus, out: Path, quiet: bool) -> None:
         log("shortlist", quiet=quiet, skipped="--streaming", build_with="python -m seq2seq.shortlist")
         return
     start = time.perf_counter()
-    shortlist.build_for_run(corpus.columns["train"], corpus.tokenizer, path)
+    try:
+        shortlist.build_for_run(corpus.columns["train"], corpus.tokenizer, path)
+    except UserError as exc:  # an optional decoding aid: never the reason a training run fails
+        log("shortlist", quiet=quiet, skipped=str(exc))
+        return
     log("shortlist", quiet=quiet, path=path, seconds=round(time.perf_counter() - start, 1))
 
 

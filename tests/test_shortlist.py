@@ -132,3 +132,18 @@ def test_cli_errors_name_the_files(tmp_path, capsys):
     b.write_text("x\n", encoding="utf-8")
     with pytest.raises(UserError, match="no such file"):
         shortlist_main(["--checkpoint", str(tmp_path / "none.pt"), "--src", str(a), "--tgt", str(b)])
+
+
+def test_training_never_fails_because_of_the_shortlist(tmp_path, monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    from seq2seq import shortlist, training
+
+    def fail(*args, **kwargs):
+        raise UserError("cannot build a shortlist: the training targets have no ordinary tokens")
+
+    monkeypatch.setattr(shortlist, "build_for_run", fail)
+    corpus = SimpleNamespace(tokenizer=SimpleNamespace(sha256=lambda: "x"), columns={"train": None})
+    training._write_shortlist(corpus, tmp_path, quiet=False)
+    assert not (tmp_path / "shortlist.npz").exists()
+    assert "no ordinary tokens" in capsys.readouterr().err
