@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -27,8 +27,10 @@ from .models import build_model
 from .models.base import EncoderDecoder
 from .runtime import resolve_device
 from .search import translate_batch
-from .shortlist import FILE_NAME as SHORTLIST_FILE, Shortlist
 from .tokenizer import EOS_ID, PAD_ID, Tokenizer
+
+if TYPE_CHECKING:  # imported where used: `python -m seq2seq.shortlist` must not find it imported already
+    from .shortlist import Shortlist
 
 #: Decoder rows (sentences x beams) per batch when no batch size is given: greedy batches of 320
 #: sentences, beam-5 batches of 64. Every decoding step reads all decoder weights however few rows
@@ -125,9 +127,11 @@ class Translator:
         if config.model.arch == "transformer" and config.model.positional == "learned":
             max_input_tokens = min(max_input_tokens, config.model.max_positions - 1)
         if shortlist is not None:
+            from .shortlist import FILE_NAME, Shortlist
+
             if str(shortlist) == "auto":
                 run_dir = Path(path) if Path(path).is_dir() else Path(path).parent
-                shortlist = run_dir / SHORTLIST_FILE
+                shortlist = run_dir / FILE_NAME
             shortlist = Shortlist.load(shortlist, tokenizer.sha256())
             if shortlist.vocab_size != config.model.vocab_size:
                 raise UserError(f"shortlist covers {shortlist.vocab_size} tokens, checkpoint {path} has "
