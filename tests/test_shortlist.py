@@ -147,3 +147,13 @@ def test_training_never_fails_because_of_the_shortlist(tmp_path, monkeypatch, ca
     training._write_shortlist(corpus, tmp_path, quiet=False)
     assert not (tmp_path / "shortlist.npz").exists()
     assert "no ordinary tokens" in capsys.readouterr().err
+
+
+def test_translations_are_counted_among_tokens_not_already_frequent():
+    translations = np.full((12, 4), -1, dtype=np.int32)
+    translations[5] = [4, 9, 6, 10]  # best first; 4 and 6 are frequent
+    shortlist = Shortlist(translations, np.array([4, 6, 7], dtype=np.int32), "tok", translations_per_token=2,
+                          frequent_tokens=2)
+    batch = torch.tensor([[5, EOS]])
+    assert shortlist.vocabulary(batch, batch != PAD).tolist() == [EOS, 4, 5, 6, 9, 10]
+    assert shortlist.with_sizes(1, 1).vocabulary(batch, batch != PAD).tolist() == [EOS, 4, 5, 9]
