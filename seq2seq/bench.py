@@ -92,14 +92,15 @@ def decode_system(run_dir: Path, args: argparse.Namespace) -> dict:
         train_text = [(args.data_dir / f"train.{lang}").read_text(encoding="utf-8").splitlines()
                       for lang in (args.src, args.tgt)]
         build_from_text(translators["fp32"].tokenizer, *train_text).save(run_dir / FILE_NAME)
-    translators["fp32+shortlist"] = Translator.from_checkpoint(run_dir / "best.pt", device=args.device,
-                                                               shortlist=run_dir / FILE_NAME)
+    for precision in ("fp32", "fp16"):
+        translators[f"{precision}+shortlist"] = Translator.from_checkpoint(
+            run_dir / "best.pt", device=args.device, precision=precision, shortlist=run_dir / FILE_NAME)
     results, baseline = {}, {}
     runs = (("greedy", 1, default_batch_size(1), "fp32"), ("beam5", 5, default_batch_size(5), "fp32"),
             ("greedy_shortlist", 1, default_batch_size(1), "fp32+shortlist"),
             ("beam5_shortlist", 5, default_batch_size(5), "fp32+shortlist"),
             ("greedy_bs1", 1, 1, "fp32"), ("greedy_bs1_fp16", 1, 1, "fp16"),  # fp16 speeds up batch 1 on CPU
-            ("greedy_bs1_shortlist", 1, 1, "fp32+shortlist"))
+            ("greedy_bs1_shortlist", 1, 1, "fp32+shortlist"), ("greedy_bs1_fp16_shortlist", 1, 1, "fp16+shortlist"))
     for label, beam, batch, precision in runs:
         subset = sources[: args.bs1_sentences] if batch == 1 else sources
         start = time.perf_counter()
@@ -109,7 +110,7 @@ def decode_system(run_dir: Path, args: argparse.Namespace) -> dict:
         entry = {"sentences": len(subset), "batch_size": batch, "precision": precision, "seconds": seconds,
                  "sentences_per_s": len(subset) / seconds,
                  "tgt_tokens_per_s": sum(len(h.tokens) + 1 for h in hyps) / seconds}
-        plain = label.removesuffix("_shortlist").removesuffix("_fp16")
+        plain = label.removesuffix("_shortlist").removesuffix("_fp16")  # its full-vocabulary fp32 twin
         if plain != label:  # the same decoding made faster: how many outputs stayed the same
             entry[f"same_outputs_as_{plain}"] = sum(a == b for a, b in zip(texts, baseline[plain]))
         baseline.setdefault(label, texts)

@@ -71,6 +71,10 @@ def process_group(device: torch.device) -> Iterator[bool]:
         _silence_secondary_rank()
     try:
         yield True
+        # leave together: a rank tearing the group down while rank 0 still writes its summary and
+        # tests the best checkpoint was seen to abort in gloo ("terminate called without an active
+        # exception", once in a CI run); after an error no barrier, the others may be gone
+        dist.barrier(group=_cpu_group)
     finally:
         _cpu_group = None
         dist.destroy_process_group()

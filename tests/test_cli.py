@@ -154,7 +154,7 @@ def test_bench_decodes_with_and_without_the_shortlist(checkpoint, tmp_path):
     result = decode_system(run_dir, args)
     assert (run_dir / "shortlist.npz").is_file()
     assert set(result) == {"greedy", "beam5", "greedy_shortlist", "beam5_shortlist", "greedy_bs1", "greedy_bs1_fp16",
-                           "greedy_bs1_shortlist"}
+                           "greedy_bs1_shortlist", "greedy_bs1_fp16_shortlist"}
     assert 0 <= result["beam5_shortlist"]["same_outputs_as_beam5"] <= 3
     assert 0 <= result["greedy_bs1_fp16"]["same_outputs_as_greedy_bs1"] <= 2
     assert result["greedy_bs1"]["sentences"] == 2 and result["beam5"]["sentences"] == 3
