@@ -81,7 +81,7 @@ def decode_system(run_dir: Path, args: argparse.Namespace) -> dict:
     lexical shortlist, its agreement with the full-vocabulary outputs recorded) and batch 1 (fp32 and
     fp16) on the first ``bs1_sentences``. A run without shortlist.npz gets one from the training text."""
     from .evaluation import corpus_scores
-    from .shortlist import FILE_NAME, build_from_text
+    from .shortlist import FILE_NAME, Shortlist, build_from_text
     from .translator import Translator, default_batch_size
 
     sources = (args.data_dir / f"{args.test_split}.{args.src}").read_text(encoding="utf-8").splitlines()
@@ -92,9 +92,11 @@ def decode_system(run_dir: Path, args: argparse.Namespace) -> dict:
         train_text = [(args.data_dir / f"train.{lang}").read_text(encoding="utf-8").splitlines()
                       for lang in (args.src, args.tgt)]
         build_from_text(translators["fp32"].tokenizer, *train_text).save(run_dir / FILE_NAME)
-    for precision in ("fp32", "fp16"):
-        translators[f"{precision}+shortlist"] = Translator.from_checkpoint(
-            run_dir / "best.pt", device=args.device, precision=precision, shortlist=run_dir / FILE_NAME)
+    shortlist = Shortlist.load(run_dir / FILE_NAME, translators["fp32"].tokenizer.sha256())
+    for precision in ("fp32", "fp16"):  # the same models, decoding over the shortlist
+        plain = translators[precision]
+        translators[f"{precision}+shortlist"] = Translator(plain.model, plain.tokenizer, plain.device,
+                                                           plain.max_input_tokens, shortlist)
     results, baseline = {}, {}
     runs = (("greedy", 1, default_batch_size(1), "fp32"), ("beam5", 5, default_batch_size(5), "fp32"),
             ("greedy_shortlist", 1, default_batch_size(1), "fp32+shortlist"),

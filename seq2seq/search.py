@@ -208,15 +208,12 @@ class _Beams:
     def advance(self, t: int) -> bool:
         """One decoding step for every active beam; False once no sentence is left."""
         n, k = len(self.rows), self.k
-        if self.first_step is not None:  # all beams of a sentence still hold BOS alone: decode it once
-            memory, state = self.first_step
-            self.first_step = None
-            logits, state, _ = self.model.decode_step(memory, state, self.tokens[::k], need_attention=False,
-                                                      output_weight=self.output.weight)
-            logits, self.state = logits[self.expand], select_batch(state, self.expand)
-        else:
-            logits, self.state, _ = self.model.decode_step(self.memory, self.state, self.tokens,
-                                                           need_attention=False, output_weight=self.output.weight)
+        first = self.first_step  # all beams of a sentence still hold BOS alone: decode it once
+        memory, state, tokens = (*first, self.tokens[::k]) if first else (self.memory, self.state, self.tokens)
+        logits, self.state, _ = self.model.decode_step(memory, state, tokens, need_attention=False,
+                                                       output_weight=self.output.weight)
+        if first:
+            logits, self.state, self.first_step = logits[self.expand], select_batch(self.state, self.expand), None
         # the 2k best continuations of a sentence are among the 2k best of each of its beams
         force_eos = (t >= self.limit[self.rows]).repeat_interleave(k)  # (n * k,)
         logp, tokens = self.output.best_tokens(logits, force_eos, 2 * k)  # (n * k, m), m = min(2k, V)
