@@ -279,6 +279,93 @@ def decode(args: argparse.Namespace) -> dict:
     return record
 
 
+# the matrix products of a decoding: what is left when everything else takes no time
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mv", "aten::addmv")
+
+
+def profile_decoding(args: argparse.Namespace) -> dict:
+    """Where the time of decoding the test split goes, and the speed that bounds.
+
+    Decodes the sentences three times with the same translator: a short warm-up, once timed
+    (wall clock), once under ``torch.profiler`` (self time and FLOPs per operator). The matrix
+    products (``MATMUL_OPS``) are the part no decoder of the same model avoids: with everything
+    else at zero cost, decoding would run at ``sentences / matmul seconds``
+    (``bound_sentences_per_s``). Their FLOP rate is compared with this CPU's fp32 matmul peak,
+    measured in the same process at the shape of a full batch's output layer (rows x out_dim x vocab).
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    from .errors import UserError
+    from .translator import Translator, default_batch_size
+
+    checkpoint = Path(args.checkpoint)
+    checkpoint = checkpoint / "best.pt" if checkpoint.is_dir() else checkpoint
+    if not checkpoint.is_file():
+        raise UserError(f"--checkpoint {args.checkpoint}: no such checkpoint (a run directory or a .pt file)")
+    translator = Translator.from_checkpoint(checkpoint, device=args.device, precision=args.precision,
+                                            shortlist="auto" if args.shortlist else None)
+    sources = (args.data_dir / f"{args.test_split}.{args.src}").read_text(encoding="utf-8").splitlines()
+    sources = sources[: args.sentences] if args.sentences else sources
+    batch = args.batch_size or default_batch_size(args.beam_size)
+
+    def run() -> list:
+        return translator.translate(sources, beam_size=args.beam_size, batch_size=batch, need_attention=False)
+
+    translator.translate(sources[:batch], beam_size=args.beam_size, batch_size=batch, need_attention=False)
+    start = time.perf_counter()
+    hyps = run()
+    seconds = time.perf_counter() - start
+    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
+        start = time.perf_counter()
+        run()
+        profiled_seconds = time.perf_counter() - start
+    ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    matmul = [e for e in ops if e.key in MATMUL_OPS]
+    matmul_seconds = sum(e.self_cpu_time_total for e in matmul) / 1e6
+    matmul_gflop = sum(e.flops for e in matmul) / 1e9
+    vocab, out_dim = translator.model.generator.weight.shape
+    peak_shape = (batch * args.beam_size, out_dim, vocab)  # the output layer of a full batch
+    peak = matmul_peak(torch.float32, peak_shape)
+    record = {
+        "benchmark": "profile", "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": machine(), "checkpoint": str(checkpoint), "beam_size": args.beam_size, "batch_size": batch,
+        "precision": args.precision, "shortlist": bool(args.shortlist), "sentences": len(sources),
+        "seconds": seconds, "sentences_per_s": len(sources) / seconds,
+        "tgt_tokens_per_s": sum(len(h.tokens) + 1 for h in hyps) / seconds,
+        "profiled_seconds": profiled_seconds, "matmul_seconds": matmul_seconds,
+        "matmul_share": matmul_seconds / seconds, "matmul_gflop": matmul_gflop,
+        "matmul_gflop_per_s": matmul_gflop / matmul_seconds if matmul_seconds else 0.0,
+        "matmul_peak_gflop_per_s": peak, "matmul_peak_shape": list(peak_shape),
+        "bound_sentences_per_s": len(sources) / matmul_seconds if matmul_seconds else float("inf"),
+        "top_ops": [{"op": e.key, "self_seconds": e.self_cpu_time_total / 1e6, "calls": e.count,
+                     "gflop": e.flops / 1e9} for e in ops[:12]],
+    }
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    print(profile_table(record))
+    return record
+
+
+def profile_table(record: dict) -> str:
+    r = record
+    lines = [f"{r['sentences']} sentences, beam {r['beam_size']}, {r['precision']}"
+             f"{', shortlist' if r['shortlist'] else ''}: {r['sentences_per_s']:.1f} sent/s "
+             f"({r['tgt_tokens_per_s']:,.0f} tgt tok/s), {r['seconds']:.2f} s "
+             f"({r['profiled_seconds']:.2f} s under the profiler)",
+             f"matrix products: {r['matmul_seconds']:.2f} s = {r['matmul_share']:.0%} of the time, "
+             f"{r['matmul_gflop']:.0f} GFLOP at {r['matmul_gflop_per_s']:.0f} GFLOP/s "
+             f"(this CPU's fp32 peak at {'x'.join(map(str, r['matmul_peak_shape']))}: "
+             f"{r['matmul_peak_gflop_per_s']:.0f})",
+             f"bound with everything else free: {r['bound_sentences_per_s']:.1f} sent/s "
+             f"({r['bound_sentences_per_s'] / r['sentences_per_s']:.2f}x now)", "",
+             "| operator | self s | share | calls | GFLOP |", "|---|---|---|---|---|"]
+    for op in r["top_ops"]:
+        lines.append(f"| {op['op']} | {op['self_seconds']:.2f} | {op['self_seconds'] / r['profiled_seconds']:.0%} | "
+                     f"{op['calls']:,} | {op['gflop']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
 def _forwarded(args: argparse.Namespace) -> list[str]:
     return ["--data-dir", str(args.data_dir), "--src", args.src, "--tgt", args.tgt, "--vocab-size",
             str(args.vocab_size), "--steps", str(args.steps), "--warmup", str(args.warmup),
@@ -353,6 +440,16 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--repeats", type=int, default=1, help="decode every system this many times (timings are noisy)")
     d.add_argument("--bs1-sentences", type=int, default=200)
     d.add_argument("--out", default="bench-results/decode.json")
+    pr = sub.add_parser("profile", help="where decoding time goes: matmul share, FLOP rate vs peak, the bound")
+    _common_flags(pr)
+    pr.add_argument("--test-split", default="test_2016_flickr")
+    pr.add_argument("--checkpoint", required=True, help="a run directory (its best.pt) or a .pt file")
+    pr.add_argument("--beam-size", type=int, default=5)
+    pr.add_argument("--batch-size", type=int, help="sentences per batch (default: translate.py's)")
+    pr.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"])
+    pr.add_argument("--shortlist", action="store_true", help="decode over the run's lexical shortlist")
+    pr.add_argument("--sentences", type=int, help="the first N sentences only (default: all)")
+    pr.add_argument("--out", help="write the JSON record here")
     t = sub.add_parser("train-speed", help=argparse.SUPPRESS)  # one system, in a child process
     t.add_argument("system", choices=list(SYSTEMS))
     t.add_argument("--json", required=True)
@@ -374,6 +471,8 @@ def main(argv: list[str] | None = None) -> int:
             speed(args)
         elif args.command == "decode":
             decode(args)
+        elif args.command == "profile":
+            profile_decoding(args)
         else:
             Path(args.json).write_text(json.dumps(train_speed(args.system, args), indent=2), encoding="utf-8")
     except UserError as exc:

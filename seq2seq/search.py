@@ -187,16 +187,16 @@ def beam_search(
 
 
 class _Beams:
-    """Search state of the active sentences: row n * k + j of memory/state is beam j of sentence n."""
+    """Search state of the active sentences: row n * k + j of the decoder state is beam j of
+    sentence n; the encoder memory has one row per sentence, shared by its k beams."""
 
     def __init__(self, model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor, k: int,
                  alpha: float, limit: torch.Tensor, output: OutputVocabulary) -> None:
         batch, device = src.size(0), src.device
         self.model, self.k, self.alpha, self.limit, self.output = model, k, alpha, limit, output
-        memory = model.encode(src, src_mask)
+        self.memory = model.encode(src, src_mask)  # one row per sentence, read by all its beams
         self.expand = torch.arange(batch, device=device).repeat_interleave(k)  # (batch * k,)
-        self.memory = select_batch(memory, self.expand)
-        self.first_step: tuple | None = (memory, model.init_state(memory))  # one row per sentence
+        self.first_state: dict | None = model.init_state(self.memory)  # one row per sentence
         self.state: dict = {}
         self.rows = torch.arange(batch, device=device)  # sentence of each active sentence
         self.scores = torch.full((batch, k), float("-inf"), device=device)  # raw sum log-prob
@@ -208,12 +208,12 @@ class _Beams:
     def advance(self, t: int) -> bool:
         """One decoding step for every active beam; False once no sentence is left."""
         n, k = len(self.rows), self.k
-        first = self.first_step  # all beams of a sentence still hold BOS alone: decode it once
-        memory, state, tokens = (*first, self.tokens[::k]) if first else (self.memory, self.state, self.tokens)
-        logits, self.state, _ = self.model.decode_step(memory, state, tokens, need_attention=False,
+        first = self.first_state is not None  # all beams still hold BOS alone: decode it once per sentence
+        state, tokens = (self.first_state, self.tokens[::k]) if first else (self.state, self.tokens)
+        logits, self.state, _ = self.model.decode_step(self.memory, state, tokens, need_attention=False,
                                                        output_weight=self.output.weight)
         if first:
-            logits, self.state, self.first_step = logits[self.expand], select_batch(self.state, self.expand), None
+            logits, self.state, self.first_state = logits[self.expand], select_batch(self.state, self.expand), None
         # the 2k best continuations of a sentence are among the 2k best of each of its beams
         force_eos = (t >= self.limit[self.rows]).repeat_interleave(k)  # (n * k,)
         logp, tokens = self.output.best_tokens(logits, force_eos, 2 * k)  # (n * k, m), m = min(2k, V)
@@ -254,8 +254,7 @@ class _Beams:
     def _drop(self, done: torch.Tensor, origin: torch.Tensor) -> None:
         """Remove finished sentences (all their beams) from the active batch."""
         live = (~done).nonzero().squeeze(1)
-        beam_rows = (live.unsqueeze(1) * self.k + torch.arange(self.k, device=live.device)).view(-1)
-        self.memory = select_batch(self.memory, beam_rows)  # identical across beams: no reorder needed
+        self.memory = select_batch(self.memory, live)  # one row per sentence
         self.rows, self.scores = self.rows[live], self.scores[live]
 
 

@@ -189,3 +189,25 @@ def test_bench_decode_command_repeats_and_takes_medians(checkpoint, tmp_path):
     record = json.loads(out.read_text())
     assert len(record["runs"]["tiny"]) == 2 and "beam5_shortlist" in record["median_sentences_per_s"]["tiny"]
     assert bench.main([*common, "--checkpoints", str(tmp_path / "runs"), "--systems", "absent"]) == 2
+
+
+def test_bench_profile_splits_decoding_time_and_bounds_it_by_the_matrix_products(checkpoint, tmp_path, capsys):
+    import json
+
+    from seq2seq import bench
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.en").write_text("seven\n", encoding="utf-8")
+    (data / "test.en").write_text("seven\nthree\ntwenty-one\n", encoding="utf-8")
+    out = tmp_path / "profile.json"
+    common = ["profile", "--data-dir", str(data), "--src", "en", "--tgt", "de", "--test-split", "test"]
+    assert bench.main([*common, "--checkpoint", str(checkpoint.parent), "--beam-size", "2", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["sentences"] == 3 and record["beam_size"] == 2
+    assert record["matmul_gflop"] > 0 and 0 < record["matmul_seconds"]
+    assert record["bound_sentences_per_s"] == pytest.approx(3 / record["matmul_seconds"])
+    assert any(op["op"] in bench.MATMUL_OPS for op in record["top_ops"])
+    assert "bound with everything else free" in capsys.readouterr().out
+    assert bench.main([*common, "--checkpoint", str(tmp_path / "absent")]) == 2
+    assert "--checkpoint" in capsys.readouterr().err

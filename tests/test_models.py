@@ -125,6 +125,30 @@ def test_incremental_decoding_equals_teacher_forcing(variant):
     assert (attention.masked_select(~mask[:, None, None, None, :]) == 0).all()
 
 
+@pytest.mark.parametrize("variant", list(VARIANTS) + list(EXTRA))
+def test_a_memory_per_sentence_serves_k_rows_each_like_an_expanded_one(variant):
+    """Beam search keeps one memory row per sentence for its k beams (base.py): decoding k rows
+    per sentence from it equals decoding from the memory repeated k times, weights included."""
+    model, k = make_model(variant).eval(), 3
+    src, mask, tgt_in = _batch(3)
+    expand = torch.arange(src.size(0)).repeat_interleave(k)
+    from seq2seq.models.base import select_batch
+
+    with torch.no_grad():
+        memory = model.encode(src, mask)
+        expanded = select_batch(memory, expand)
+        state = select_batch(model.init_state(memory), expand)
+        shared_state, rows = state, tgt_in[expand]
+        for t in range(tgt_in.size(1)):
+            logits, state, weights = model.decode_step(expanded, state, rows[:, t])
+            shared_logits, shared_state, shared_weights = model.decode_step(memory, shared_state, rows[:, t])
+            torch.testing.assert_close(shared_logits, logits, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(shared_weights, weights, atol=1e-5, rtol=1e-5)
+        fast, _, none = model.decode_step(memory, shared_state, rows[:, -1], need_attention=False)
+    assert none is None
+    torch.testing.assert_close(fast, model.decode_step(expanded, state, rows[:, -1])[0], atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("variant", ["bahdanau", "luong-no-feeding", "transformer-pre"])
 def test_modules_keep_no_state(variant):
     model = make_model(variant).eval()

@@ -20,6 +20,11 @@ cross-attention of every layer and head.
 ``memory`` and ``state`` are dicts (possibly nested, lists allowed) of tensors whose **first
 dimension is the batch**; search expands and reorders them with ``select_batch`` alone, without
 knowing what they contain.
+
+``decode_step`` also takes a memory of n sentences for n * k rows of state and tokens (k >= 1; row
+r decodes sentence r // k): beam search keeps the encoder memory once per sentence, not once per
+beam, so its k beams read the same keys and values (the models attend with the k rows of a
+sentence as k query positions) and nothing of the memory is copied when beams are reordered.
 """
 from __future__ import annotations
 
@@ -66,6 +71,7 @@ class EncoderDecoder(nn.Module):
         output_weight: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict, torch.Tensor | None]:
         """tokens (batch,) -> logits (batch, vocab), new state, attention (batch, L, H, src_len).
+        ``memory`` holds batch or batch / k sentences (k consecutive rows per sentence, see above).
 
         With ``need_attention=False`` a model may take a faster path and return None. With
         ``output_weight`` (V', features) = ``output_rows(ids)`` the logits are (batch, V'), those of

@@ -121,6 +121,12 @@ class AttentionDecoder(nn.Module):
         return state
 
     def attend(self, memory: dict, query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """query (B, H) -> context (B, 2H), weights (B, S). A memory of n = B / k sentences (beam
+        search: k rows per sentence) is attended with each sentence's k queries as k positions."""
+        sentences = memory["enc"].size(0)
+        if query.dim() == 2 and query.size(0) != sentences:
+            context, weights = self.attend(memory, query.view(sentences, -1, query.size(-1)))  # (n, k, .)
+            return context.flatten(0, 1), weights.flatten(0, 1)
         return self.attention(query, memory["enc"], memory["src_mask"], memory.get("keys"))
 
 

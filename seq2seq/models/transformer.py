@@ -118,10 +118,25 @@ class DecoderLayer(nn.Module):
             cache = (torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2))
             a, _ = self.self_attn(h, kv_cache=cache)  # new positions come after all cached ones
         x = self.res_self.post(x, a)
-        a, weights = self.cross_attn(self.res_cross.pre(x), mask=src_mask, need_weights=need_weights,
-                                     kv_cache=cross_kv)
+        a, weights = self._cross(self.res_cross.pre(x), cross_kv, src_mask, need_weights)
         x = self.res_cross.post(x, a)
         return self.res_ff.post(x, self.ff(self.res_ff.pre(x))), cache, weights
+
+
+    def _cross(self, h: torch.Tensor, cross_kv: KV, src_mask: torch.Tensor, need_weights: bool):
+        """Cross-attention of h (B, T, D). With keys/values of n = B / k sentences (beam search: k
+        rows per sentence) a sentence's k rows attend as k * T query positions of one sequence."""
+        sentences = cross_kv[0].size(0)
+        if h.size(0) == sentences:
+            return self.cross_attn(h, mask=src_mask, need_weights=need_weights, kv_cache=cross_kv)
+        batch, steps = h.shape[:2]
+        a, weights = self.cross_attn(h.reshape(sentences, -1, h.size(-1)), mask=src_mask,
+                                     need_weights=need_weights, kv_cache=cross_kv)  # (n, k * T, D)
+        if weights is not None:  # (n, heads, k * T, S) -> (B, heads, T, S)
+            heads, source = weights.size(1), weights.size(-1)
+            weights = weights.view(sentences, heads, -1, steps, source).transpose(1, 2).reshape(
+                batch, heads, steps, source)
+        return a.reshape(h.shape), weights
 
 
 class TransformerEncoderDecoder(EncoderDecoder):
