@@ -79,15 +79,18 @@ def train_system(name: str, args: argparse.Namespace, run_dir: Path, shared_spm:
 def decode_system(run_dir: Path, args: argparse.Namespace) -> dict:
     """Decode the test split greedy / beam 5 (fp32, default batches; then again with the run's
     lexical shortlist, its agreement with the full-vocabulary outputs recorded) and batch 1 (fp32 and
-    fp16) on the first ``bs1_sentences``. A run without shortlist.npz gets one from the training text."""
+    fp16) on the first ``bs1_sentences``; on a CPU with native bf16 matrix products all three in bf16
+    too. A run without shortlist.npz gets one from the training text."""
     from .evaluation import corpus_scores
+    from .runtime import precision_warning, resolve_device
     from .shortlist import FILE_NAME, Shortlist, build_from_text
     from .translator import Translator, default_batch_size
 
     sources = (args.data_dir / f"{args.test_split}.{args.src}").read_text(encoding="utf-8").splitlines()
     references = (args.data_dir / f"{args.test_split}.{args.tgt}").read_text(encoding="utf-8").splitlines()
-    translators = {precision: Translator.from_checkpoint(run_dir / "best.pt", device=args.device,
-                                                         precision=precision) for precision in ("fp32", "fp16")}
+    bf16 = precision_warning(resolve_device(args.device), "bf16") is None  # not emulated
+    translators = {precision: Translator.from_checkpoint(run_dir / "best.pt", device=args.device, precision=precision)
+                   for precision in ("fp32", "fp16", "bf16")[: 3 if bf16 else 2]}
     if not (run_dir / FILE_NAME).is_file():
         train_text = [(args.data_dir / f"train.{lang}").read_text(encoding="utf-8").splitlines()
                       for lang in (args.src, args.tgt)]
@@ -103,6 +106,9 @@ def decode_system(run_dir: Path, args: argparse.Namespace) -> dict:
             ("beam5_shortlist", 5, default_batch_size(5), "fp32+shortlist"),
             ("greedy_bs1", 1, 1, "fp32"), ("greedy_bs1_fp16", 1, 1, "fp16"),  # fp16 speeds up batch 1 on CPU
             ("greedy_bs1_shortlist", 1, 1, "fp32+shortlist"), ("greedy_bs1_fp16_shortlist", 1, 1, "fp16+shortlist"))
+    if bf16:
+        runs += (("greedy_bf16", 1, default_batch_size(1), "bf16"), ("beam5_bf16", 5, default_batch_size(5), "bf16"),
+                 ("greedy_bs1_bf16", 1, 1, "bf16"))
     for label, beam, batch, precision in runs:
         subset = sources[: args.bs1_sentences] if batch == 1 else sources
         start = time.perf_counter()
@@ -112,7 +118,7 @@ def decode_system(run_dir: Path, args: argparse.Namespace) -> dict:
         entry = {"sentences": len(subset), "batch_size": batch, "precision": precision, "seconds": seconds,
                  "sentences_per_s": len(subset) / seconds,
                  "tgt_tokens_per_s": sum(len(h.tokens) + 1 for h in hyps) / seconds}
-        plain = label.removesuffix("_shortlist").removesuffix("_fp16")  # its full-vocabulary fp32 twin
+        plain = label.removesuffix("_shortlist").removesuffix("_fp16").removesuffix("_bf16")  # its fp32 twin
         if plain != label:  # the same decoding made faster: how many outputs stayed the same
             entry[f"same_outputs_as_{plain}"] = sum(a == b for a, b in zip(texts, baseline[plain]))
         baseline.setdefault(label, texts)

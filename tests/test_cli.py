@@ -153,8 +153,13 @@ def test_bench_decodes_with_and_without_the_shortlist(checkpoint, tmp_path):
     args = argparse.Namespace(data_dir=data, src="en", tgt="de", test_split="test", device="cpu", bs1_sentences=2)
     result = decode_system(run_dir, args)
     assert (run_dir / "shortlist.npz").is_file()
+    from seq2seq.runtime import cpu_has_native_bf16
+
+    bf16 = {"greedy_bf16", "beam5_bf16", "greedy_bs1_bf16"} if cpu_has_native_bf16() else set()
     assert set(result) == {"greedy", "beam5", "greedy_shortlist", "beam5_shortlist", "greedy_bs1", "greedy_bs1_fp16",
-                           "greedy_bs1_shortlist", "greedy_bs1_fp16_shortlist"}
+                           "greedy_bs1_shortlist", "greedy_bs1_fp16_shortlist", *bf16}
+    for label in bf16:  # compared with the fp32 outputs like the other faster paths
+        assert 0 <= result[label][f"same_outputs_as_{label.removesuffix('_bf16')}"] <= result[label]["sentences"]
     assert 0 <= result["beam5_shortlist"]["same_outputs_as_beam5"] <= 3
     assert 0 <= result["greedy_bs1_fp16"]["same_outputs_as_greedy_bs1"] <= 2
     assert result["greedy_bs1"]["sentences"] == 2 and result["beam5"]["sentences"] == 3
