@@ -13,6 +13,7 @@ warning naming the line (the model never saw longer sentences; decoding cost gro
 from __future__ import annotations
 
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
@@ -25,7 +26,7 @@ from .config import RunConfig
 from .errors import UserError
 from .models import build_model
 from .models.base import EncoderDecoder
-from .runtime import resolve_device
+from .runtime import cpu_has_native_bf16, resolve_device
 from .search import translate_batch
 from .tokenizer import EOS_ID, PAD_ID, Tokenizer
 
@@ -104,9 +105,12 @@ class Translator:
         """``precision`` fp16 / bf16 stores the weights and runs decoding in half precision: it
         halves the bytes every step reads, which is what bounds one-sentence-at-a-time decoding on
         CPU (`bench-results/decode-2026-11-23-fp16.json`: Multi30k test, batch 1, AVX2, RNN 13.1 ->
-        33.3 and Transformer 13.9 -> 24.6 sentences/s in fp16, 195 / 199 of 200 outputs identical;
-        bf16 is a little slower there and changes ~10% of outputs). Wide CPU batches are ~3x slower
-        in fp16 (no fast half-precision matrix kernels there); on GPUs it is fast at any width.
+        33.3 and Transformer 13.9 -> 24.6 sentences/s in fp16, 195 / 199 of 200 outputs identical).
+        Wide CPU batches are ~3x slower in fp16 (no fast half-precision matrix kernels there). On a
+        CPU with native bf16 (AVX512-BF16 / AMX) bf16 is faster at every width
+        (`bench-results/decode-2026-11-24-bf16.json`, RNN, Multi30k test: greedy 384 -> 676, beam 5
+        101 -> 169, batch 1 21.8 -> 45.7 sentences/s; BLEU 31.48 / 31.82 -> 31.51 / 32.01, ~90% of
+        outputs identical); elsewhere bf16 is emulated and slow. On GPUs both are fast at any width.
 
         ``shortlist``: a file written by ``seq2seq.shortlist`` (train.py writes the run's
         ``shortlist.npz``), or "auto" for the one next to the checkpoint."""
@@ -124,6 +128,10 @@ class Translator:
                 f"({str(exc).splitlines()[0][:200]}); was it written by another version?"
             ) from None
         dev = resolve_device(device)
+        if precision == "bf16" and dev.type == "cpu" and not cpu_has_native_bf16():
+            warnings.warn("--precision bf16: this CPU has no native bf16 (AVX512-BF16 / AMX), PyTorch "
+                          "emulates it and decoding is slower than fp32; use --precision fp32 here "
+                          "(or fp16 for one sentence at a time)", stacklevel=2)
         if config.model.arch == "transformer" and config.model.positional == "learned":
             max_input_tokens = min(max_input_tokens, config.model.max_positions - 1)
         if shortlist is not None:

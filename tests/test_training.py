@@ -1,6 +1,7 @@
 """End to end on tiny data: train -> checkpoint -> translate -> BLEU; exact resume; Ctrl-C; bad config."""
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +61,17 @@ def test_train_checkpoint_translate_bleu(tmp_path, arch):
     assert isinstance(out.text, str) and out.attention.dtype == np.float32
     with pytest.raises(UserError, match="--precision must be one of fp32, fp16, bf16"):
         Translator.from_checkpoint(tmp_path / "run" / "best.pt", device="cpu", precision="int4")
+    import seq2seq.translator
+
+    for native in (True, False):  # bf16 decodes either way; without native support it warns first
+        with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            patch.setattr(seq2seq.translator, "cpu_has_native_bf16", lambda: native)
+            brain = Translator.from_checkpoint(tmp_path / "run" / "best.pt", device="cpu", precision="bf16")
+        expected = [] if native else ["--precision bf16: this CPU has no native bf16"]
+        assert [str(w.message)[:45] for w in caught] == expected
+        assert all(p.dtype == torch.bfloat16 for p in brain.model.parameters())
+        assert isinstance(brain.translate(["seven"], beam_size=2, need_attention=False)[0].text, str)
 
 
 def test_default_decoding_batch_is_320_rows():
