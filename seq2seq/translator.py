@@ -108,7 +108,7 @@ class Translator:
         33.3 and Transformer 13.9 -> 24.6 sentences/s in fp16, 195 / 199 of 200 outputs identical).
         Wide CPU batches are ~3x slower in fp16 (no fast half-precision matrix kernels there). On a
         CPU with native bf16 (AVX512-BF16 / AMX) bf16 is faster at every width
-        (`bench-results/decode-2026-11-24-bf16.json`, RNN, Multi30k test: greedy 384 -> 676, beam 5
+        (`bench-results/decode-2026-11-24-*.json`, RNN, Multi30k test: greedy 384 -> 676, beam 5
         101 -> 169, batch 1 21.8 -> 45.7 sentences/s; BLEU 31.48 / 31.82 -> 31.51 / 32.01, ~90% of
         outputs identical); elsewhere bf16 is emulated and slow. On GPUs both are fast at any width.
 

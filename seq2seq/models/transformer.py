@@ -122,7 +122,6 @@ class DecoderLayer(nn.Module):
         x = self.res_cross.post(x, a)
         return self.res_ff.post(x, self.ff(self.res_ff.pre(x))), cache, weights
 
-
     def _cross(self, h: torch.Tensor, cross_kv: KV, src_mask: torch.Tensor, need_weights: bool):
         """Cross-attention of h (B, T, D). With keys/values of n = B / k sentences (beam search: k
         rows per sentence) a sentence's k rows attend as k * T query positions of one sequence."""
