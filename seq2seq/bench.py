@@ -90,7 +90,7 @@ def decode_system(run_dir: Path, args: argparse.Namespace) -> dict:
     references = (args.data_dir / f"{args.test_split}.{args.tgt}").read_text(encoding="utf-8").splitlines()
     bf16 = precision_warning(resolve_device(args.device), "bf16") is None  # not emulated
     translators = {precision: Translator.from_checkpoint(run_dir / "best.pt", device=args.device, precision=precision)
-                   for precision in ("fp32", "fp16", "bf16")[: 3 if bf16 else 2]}
+                   for precision in ("fp32", "fp16") + (("bf16",) if bf16 else ())}
     if not (run_dir / FILE_NAME).is_file():
         train_text = [(args.data_dir / f"train.{lang}").read_text(encoding="utf-8").splitlines()
                       for lang in (args.src, args.tgt)]

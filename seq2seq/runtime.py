@@ -69,8 +69,8 @@ def precision_warning(device: torch.device, precision: str) -> str | None:
     autocast(device, precision)
     if precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
         return ("--precision bf16: this CPU has no native bf16 support (no AVX512-BF16 / AMX), so "
-                "PyTorch emulates it and training runs many times slower than fp32 "
-                "(35x measured for the RNN); use --precision fp32 here")
+                "PyTorch emulates it and training and decoding run many times slower than fp32 "
+                "(35x measured for RNN training); use --precision fp32 here")
     return None
 
 

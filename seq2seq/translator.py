@@ -26,7 +26,7 @@ from .config import RunConfig
 from .errors import UserError
 from .models import build_model
 from .models.base import EncoderDecoder
-from .runtime import cpu_has_native_bf16, resolve_device
+from .runtime import precision_warning, resolve_device
 from .search import translate_batch
 from .tokenizer import EOS_ID, PAD_ID, Tokenizer
 
@@ -128,10 +128,9 @@ class Translator:
                 f"({str(exc).splitlines()[0][:200]}); was it written by another version?"
             ) from None
         dev = resolve_device(device)
-        if precision == "bf16" and dev.type == "cpu" and not cpu_has_native_bf16():
-            warnings.warn("--precision bf16: this CPU has no native bf16 (AVX512-BF16 / AMX), PyTorch "
-                          "emulates it and decoding is slower than fp32; use --precision fp32 here "
-                          "(or fp16 for one sentence at a time)", stacklevel=2)
+        slow = precision_warning(dev, precision) if precision == "bf16" else None  # fp16 is CUDA-only in training
+        if slow:
+            warnings.warn(slow, stacklevel=2)
         if config.model.arch == "transformer" and config.model.positional == "learned":
             max_input_tokens = min(max_input_tokens, config.model.max_positions - 1)
         if shortlist is not None:

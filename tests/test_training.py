@@ -61,12 +61,12 @@ def test_train_checkpoint_translate_bleu(tmp_path, arch):
     assert isinstance(out.text, str) and out.attention.dtype == np.float32
     with pytest.raises(UserError, match="--precision must be one of fp32, fp16, bf16"):
         Translator.from_checkpoint(tmp_path / "run" / "best.pt", device="cpu", precision="int4")
-    import seq2seq.translator
+    import seq2seq.runtime
 
     for native in (True, False):  # bf16 decodes either way; without native support it warns first
         with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            patch.setattr(seq2seq.translator, "cpu_has_native_bf16", lambda: native)
+            patch.setattr(seq2seq.runtime, "cpu_has_native_bf16", lambda: native)
             brain = Translator.from_checkpoint(tmp_path / "run" / "best.pt", device="cpu", precision="bf16")
         expected = [] if native else ["--precision bf16: this CPU has no native bf16"]
         assert [str(w.message)[:45] for w in caught] == expected
