@@ -36,7 +36,7 @@ def parse_args(argv):
     p.add_argument("--shortlist-sizes", nargs=2, type=int, metavar=("K", "N"), default=None,
                    help="with --shortlist: K translations per source token and the N most frequent "
                         "target tokens (default: 30 300; smaller is faster, see README Speed)")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"],
+    p.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "int8"],
                    help="decoding precision (default: fp32). fp16 halves the bytes each step reads: on CPU "
                         "it speeds up one-sentence-at-a-time decoding (--batch-size 1, interactive use) "
                         "~1.8-2.5x with 97-99%% identical outputs, but slows wide CPU batches ~3x")

@@ -79,8 +79,9 @@ def train_system(name: str, args: argparse.Namespace, run_dir: Path, shared_spm:
 def decode_system(run_dir: Path, args: argparse.Namespace) -> dict:
     """Decode the test split greedy / beam 5 (fp32, default batches; then again with the run's
     lexical shortlist, its agreement with the full-vocabulary outputs recorded) and batch 1 (fp32 and
-    fp16) on the first ``bs1_sentences``; on a CPU with native bf16 matrix products all three in bf16
-    too. A run without shortlist.npz gets one from the training text."""
+    fp16) on the first ``bs1_sentences``; on CPU all three in int8 too (with and without the shortlist),
+    and on a CPU with native bf16 matrix products in bf16. A run without shortlist.npz gets one from
+    the training text."""
     from .evaluation import corpus_scores
     from .runtime import precision_warning, resolve_device
     from .shortlist import FILE_NAME, Shortlist, build_from_text
@@ -88,15 +89,18 @@ def decode_system(run_dir: Path, args: argparse.Namespace) -> dict:
 
     sources = (args.data_dir / f"{args.test_split}.{args.src}").read_text(encoding="utf-8").splitlines()
     references = (args.data_dir / f"{args.test_split}.{args.tgt}").read_text(encoding="utf-8").splitlines()
-    bf16 = precision_warning(resolve_device(args.device), "bf16") is None  # not emulated
+    device = resolve_device(args.device)
+    bf16 = precision_warning(device, "bf16") is None  # not emulated
+    int8 = device.type == "cpu"
+    precisions = ("fp32", "fp16") + (("bf16",) if bf16 else ()) + (("int8",) if int8 else ())
     translators = {precision: Translator.from_checkpoint(run_dir / "best.pt", device=args.device, precision=precision)
-                   for precision in ("fp32", "fp16") + (("bf16",) if bf16 else ())}
+                   for precision in precisions}
     if not (run_dir / FILE_NAME).is_file():
         train_text = [(args.data_dir / f"train.{lang}").read_text(encoding="utf-8").splitlines()
                       for lang in (args.src, args.tgt)]
         build_from_text(translators["fp32"].tokenizer, *train_text).save(run_dir / FILE_NAME)
     shortlist = Shortlist.load(run_dir / FILE_NAME, translators["fp32"].tokenizer.sha256())
-    for precision in ("fp32", "fp16"):  # the same models, decoding over the shortlist
+    for precision in ("fp32", "fp16") + (("int8",) if int8 else ()):  # the same models, over the shortlist
         plain = translators[precision]
         translators[f"{precision}+shortlist"] = Translator(plain.model, plain.tokenizer, plain.device,
                                                            plain.max_input_tokens, shortlist)
@@ -109,6 +113,11 @@ def decode_system(run_dir: Path, args: argparse.Namespace) -> dict:
     if bf16:
         runs += (("greedy_bf16", 1, default_batch_size(1), "bf16"), ("beam5_bf16", 5, default_batch_size(5), "bf16"),
                  ("greedy_bs1_bf16", 1, 1, "bf16"))
+    if int8:
+        runs += (("greedy_int8", 1, default_batch_size(1), "int8"), ("beam5_int8", 5, default_batch_size(5), "int8"),
+                 ("greedy_bs1_int8", 1, 1, "int8"),
+                 ("beam5_int8_shortlist", 5, default_batch_size(5), "int8+shortlist"),
+                 ("greedy_bs1_int8_shortlist", 1, 1, "int8+shortlist"))
     for label, beam, batch, precision in runs:
         subset = sources[: args.bs1_sentences] if batch == 1 else sources
         start = time.perf_counter()
@@ -118,7 +127,9 @@ def decode_system(run_dir: Path, args: argparse.Namespace) -> dict:
         entry = {"sentences": len(subset), "batch_size": batch, "precision": precision, "seconds": seconds,
                  "sentences_per_s": len(subset) / seconds,
                  "tgt_tokens_per_s": sum(len(h.tokens) + 1 for h in hyps) / seconds}
-        plain = label.removesuffix("_shortlist").removesuffix("_fp16").removesuffix("_bf16")  # its fp32 twin
+        plain = label.removesuffix("_shortlist")
+        for suffix in ("_fp16", "_bf16", "_int8"):
+            plain = plain.removesuffix(suffix)  # its fp32 twin
         if plain != label:  # the same decoding made faster: how many outputs stayed the same
             entry[f"same_outputs_as_{plain}"] = sum(a == b for a, b in zip(texts, baseline[plain]))
         baseline.setdefault(label, texts)

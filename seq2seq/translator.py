@@ -40,7 +40,8 @@ if TYPE_CHECKING:  # imported where used: `python -m seq2seq.shortlist` must not
 #: 155 / 185 / 180 / 190; beam 5 is flat from 64 to 256 sentences (320 to 1,280 rows).
 DECODER_ROWS = 320
 
-DECODING_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+DECODING_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
+                   "int8": torch.float32}  # int8: fp32 model, linear layers quantized (seq2seq.quantize)
 
 
 def default_batch_size(beam_size: int) -> int:
@@ -112,6 +113,9 @@ class Translator:
         101 -> 169, batch 1 21.8 -> 45.7 sentences/s; BLEU 31.48 / 31.82 -> 31.51 / 32.01, ~90% of
         outputs identical); elsewhere bf16 is emulated and slow. On GPUs both are fast at any width.
 
+        ``precision`` int8 (CPU only) quantizes the linear layers and the decoder's RNN cells
+        (``seq2seq.quantize``: int8 weights, one scale per row; inputs quantized at each call).
+
         ``shortlist``: a file written by ``seq2seq.shortlist`` (train.py writes the run's
         ``shortlist.npz``), or "auto" for the one next to the checkpoint."""
         if precision not in DECODING_DTYPES:
@@ -128,6 +132,9 @@ class Translator:
                 f"({str(exc).splitlines()[0][:200]}); was it written by another version?"
             ) from None
         dev = resolve_device(device)
+        if precision == "int8" and dev.type != "cpu":
+            raise UserError(f"--precision int8 runs on CPU only (quantized CPU kernels); on {dev.type} "
+                            "use --precision fp16 or bf16, or --device cpu")
         slow = precision_warning(dev, precision) if precision == "bf16" else None  # fp16 is CUDA-only in training
         if slow:
             warnings.warn(slow, stacklevel=2)
@@ -143,6 +150,10 @@ class Translator:
             if shortlist.vocab_size != config.model.vocab_size:
                 raise UserError(f"shortlist covers {shortlist.vocab_size} tokens, checkpoint {path} has "
                                 f"{config.model.vocab_size}; rebuild it with `python -m seq2seq.shortlist`")
+        if precision == "int8":
+            from .quantize import quantize_for_decoding
+
+            model = quantize_for_decoding(model)
         return cls(model.to(dev, DECODING_DTYPES[precision]), tokenizer, dev, max_input_tokens, shortlist)
 
     def translate(

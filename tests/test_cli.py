@@ -73,6 +73,11 @@ def test_shortlist_written_by_training_used_by_translate_and_rebuilt_by_its_cli(
     proc = run("translate.py", "--checkpoint", str(checkpoint), "--shortlist", stdin=lines)
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.splitlines()) == 3
+    for extra in ([], ["--shortlist"]):  # int8 linear layers, alone and with the shortlist
+        int8 = run("translate.py", "--checkpoint", str(checkpoint), "--precision", "int8", "--beam-size", "2",
+                   *extra, stdin=lines)
+        assert int8.returncode == 0 and len(int8.stdout.splitlines()) == 3, int8.stderr
+        assert "Warning" not in int8.stderr  # PyTorch's deprecation notices are not passed on
     src, tgt = tmp_path / "train.src", tmp_path / "train.tgt"
     src.write_text(lines, encoding="utf-8")
     tgt.write_text("einundzwanzig\nsieben\ndreihundertfünf\n", encoding="utf-8")
@@ -156,10 +161,12 @@ def test_bench_decodes_with_and_without_the_shortlist(checkpoint, tmp_path):
     from seq2seq.runtime import cpu_has_native_bf16
 
     bf16 = {"greedy_bf16", "beam5_bf16", "greedy_bs1_bf16"} if cpu_has_native_bf16() else set()
+    int8 = {"greedy_int8", "beam5_int8", "greedy_bs1_int8", "beam5_int8_shortlist", "greedy_bs1_int8_shortlist"}
     assert set(result) == {"greedy", "beam5", "greedy_shortlist", "beam5_shortlist", "greedy_bs1", "greedy_bs1_fp16",
-                           "greedy_bs1_shortlist", "greedy_bs1_fp16_shortlist", *bf16}
-    for label in bf16:  # compared with the fp32 outputs like the other faster paths
-        assert 0 <= result[label][f"same_outputs_as_{label.removesuffix('_bf16')}"] <= result[label]["sentences"]
+                           "greedy_bs1_shortlist", "greedy_bs1_fp16_shortlist", *bf16, *int8}
+    for label in bf16 | int8:  # compared with the fp32 outputs like the other faster paths
+        twin = label.removesuffix("_shortlist").removesuffix("_bf16").removesuffix("_int8")
+        assert 0 <= result[label][f"same_outputs_as_{twin}"] <= result[label]["sentences"]
     assert 0 <= result["beam5_shortlist"]["same_outputs_as_beam5"] <= 3
     assert 0 <= result["greedy_bs1_fp16"]["same_outputs_as_greedy_bs1"] <= 2
     assert result["greedy_bs1"]["sentences"] == 2 and result["beam5"]["sentences"] == 3

@@ -59,7 +59,12 @@ def test_train_checkpoint_translate_bleu(tmp_path, arch):
     assert all(p.dtype == torch.float16 for p in half.model.parameters())
     [out] = half.translate(["twenty-one"], beam_size=2, batch_size=1)  # attention export included
     assert isinstance(out.text, str) and out.attention.dtype == np.float32
-    with pytest.raises(UserError, match="--precision must be one of fp32, fp16, bf16"):
+    int8 = Translator.from_checkpoint(tmp_path / "run" / "best.pt", device="cpu", precision="int8")
+    assert isinstance(int8.model.generator, torch.ao.nn.quantized.dynamic.Linear)
+    assert isinstance(translator.model.generator, torch.nn.Linear)  # the checkpoint's model is not changed
+    [out] = int8.translate(["twenty-one"], beam_size=2)  # attention export included
+    assert isinstance(out.text, str) and out.attention.shape[-2:] == (len(out.tgt_pieces), len(out.src_pieces))
+    with pytest.raises(UserError, match="--precision must be one of fp32, fp16, bf16, int8"):
         Translator.from_checkpoint(tmp_path / "run" / "best.pt", device="cpu", precision="int4")
     import seq2seq.runtime
 

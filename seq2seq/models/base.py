@@ -81,7 +81,9 @@ class EncoderDecoder(nn.Module):
 
     def output_rows(self, ids: torch.Tensor) -> torch.Tensor:
         """The output layer's rows for the token ids (V',) -> (V', features), for ``decode_step``."""
-        return self.generator.weight.index_select(0, ids)
+        from ..quantize import output_rows  # an int8 output layer gives its rows in fp32
+
+        return output_rows(self.generator, ids)
 
     def logits(self, features: torch.Tensor, output_weight: torch.Tensor | None = None) -> torch.Tensor:
         """features (..., D) -> logits over the vocabulary, or over ``output_weight``'s rows only."""

@@ -43,22 +43,59 @@ class StackedRNN(nn.Module):
         rnn = nn.LSTM if cell == "lstm" else nn.GRU
         self.rnn = rnn(input_size, hidden_size, layers, batch_first=True, dropout=dropout if layers > 1 else 0.0)
         self.lstm, self.layers, self.dropout = cell == "lstm", layers, dropout
+        self.cells: nn.ModuleList | None = None  # per layer (W_ih, W_hh) linears, see split_cells
+
+    def split_cells(self) -> None:
+        """Step through one explicit (W_ih x + b_ih, W_hh h + b_hh) pair of nn.Linear per layer
+        instead of the fused cell kernels, so that they can be quantized (``seq2seq.quantize``)."""
+        cells = nn.ModuleList()
+        for w_ih, w_hh, b_ih, b_hh in self.rnn.all_weights:
+            pair = nn.ModuleList([nn.Linear(w_ih.size(1), w_ih.size(0)), nn.Linear(w_hh.size(1), w_hh.size(0))])
+            with torch.no_grad():
+                for linear, weight, bias in zip(pair, (w_ih, w_hh), (b_ih, b_hh)):
+                    linear.weight.copy_(weight), linear.bias.copy_(bias)
+            cells.append(pair)
+        self.cells = cells
+
+    def _cell(self, layer: int, x: torch.Tensor, hidden):
+        """One layer's step through the split linears (PyTorch's gate order and formulas):
+        GRU r, z = sigmoid(i_r + h_r), sigmoid(i_z + h_z); n = tanh(i_n + r * h_n); h' = n + z (h - n).
+        LSTM i, f, o = sigmoid(.), g = tanh(.) of i_x + h_x; c' = f c + i g; h' = o tanh(c')."""
+        w_ih, w_hh = self.cells[layer]
+        if self.lstm:
+            h, c = hidden
+            i, f, g, o = (w_ih(x) + w_hh(h)).chunk(4, -1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            return torch.sigmoid(o) * torch.tanh(c), c
+        i_r, i_z, i_n = w_ih(x).chunk(3, -1)
+        h_r, h_z, h_n = w_hh(hidden).chunk(3, -1)
+        n = torch.tanh(i_n + torch.sigmoid(i_r + h_r) * h_n)
+        return n + torch.sigmoid(i_z + h_z) * (hidden - n)
 
     def step(self, x: torch.Tensor, hidden: Hidden) -> tuple[torch.Tensor, Hidden]:
         """x (B, input_size) -> top output (B, H), new hidden."""
         new = []
         for layer, weights in enumerate(self.rnn.all_weights):
-            if self.lstm:
-                h, c = torch.lstm_cell(x, hidden[layer], *weights)
-                new.append((h, c))
+            if self.cells is not None:
+                out = self._cell(layer, x, hidden[layer])
+                h = out[0] if self.lstm else out
+            elif self.lstm:
+                out = h, _ = torch.lstm_cell(x, hidden[layer], *weights)
             else:
-                h = torch.gru_cell(x, hidden[layer], *weights)
-                new.append(h)
+                out = h = torch.gru_cell(x, hidden[layer], *weights)
+            new.append(out)
             x = h if layer == self.layers - 1 else dropout(h, self.dropout, self.training)
         return x, new
 
     def forward(self, seq: torch.Tensor, hidden: Hidden) -> torch.Tensor:
-        """seq (B, T, input_size) -> top outputs (B, T, H), fused over time."""
+        """seq (B, T, input_size) -> top outputs (B, T, H), fused over time (with split cells: step
+        by step, so that teacher forcing computes what decoding does)."""
+        if self.cells is not None:
+            outputs = []
+            for t in range(seq.size(1)):
+                out, hidden = self.step(seq[:, t], hidden)
+                outputs.append(out)
+            return torch.stack(outputs, 1)
         if self.lstm:
             hx = (torch.stack([h for h, _ in hidden]), torch.stack([c for _, c in hidden]))  # (L, B, H)
         else:

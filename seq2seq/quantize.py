@@ -1,0 +1,55 @@
+"""Dynamic int8 quantization of a trained model's linear layers for CPU decoding (``--precision int8``).
+
+Each weight matrix is stored once as int8 with one scale per output row (per-channel, symmetric):
+W ~ s_w * W_q. At every call the input gets a scale from its own range (dynamic) and goes to uint8,
+the product runs in integer arithmetic (FBGEMM / oneDNN kernels) and comes back as fp32:
+y = s_x s_w (X_q W_q^T) + b. Everything else (attention scores, softmax, normalisation, the
+embeddings, the search) stays fp32.
+
+Quantized: every ``nn.Linear`` (the output layer included; a tied output layer keeps its fp32
+embedding table for the inputs) and the decoder's GRU / LSTM cells, which ``StackedRNN`` first
+splits into explicit W_ih / W_hh linears (``split_cells``). A module that reads a linear's weight
+directly marks it ``keep_float = True`` (the additive attention's v, a 512 -> 1 map).
+
+It uses PyTorch's eager-mode ``torch.ao.quantization.quantize_dynamic`` (deprecated in favour of
+torchao since 2.10, still in 2.13); where it is missing, asking for int8 is a clear error.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import nn
+
+from .errors import UserError
+
+
+def quantize_for_decoding(model: nn.Module) -> nn.Module:
+    """The model (evaluation mode, on CPU) with int8 linear layers; the original is left unchanged."""
+    try:
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+    except ImportError:  # pragma: no cover - depends on the installed PyTorch
+        raise UserError(f"--precision int8 needs torch.ao.quantization, which PyTorch {torch.__version__} "
+                        "does not have; decode with --precision fp32 (or fp16 / bf16)") from None
+    if torch.backends.quantized.engine == "none":
+        raise UserError("--precision int8: this PyTorch build has no quantized CPU kernels; use --precision fp32")
+    import copy
+
+    model = copy.deepcopy(model).cpu().float().eval()
+    for module in list(model.modules()):
+        split = getattr(module, "split_cells", None)
+        if split is not None:
+            split()
+    spec = {name: per_channel_dynamic_qconfig for name, module in model.named_modules()
+            if isinstance(module, nn.Linear) and not getattr(module, "keep_float", False)}
+    with warnings.catch_warnings():  # the eager-mode API announces its deprecation on every call
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(model, spec, dtype=torch.qint8)
+
+
+def output_rows(layer: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """fp32 rows (V', features) of an output layer for the token ids, int8 or not."""
+    weight = layer.weight() if callable(layer.weight) else layer.weight  # int8 layers return it from a call
+    if weight.is_quantized:
+        weight = weight.dequantize()
+    return weight.index_select(0, ids)

@@ -1,0 +1,71 @@
+"""int8 decoding (seq2seq.quantize): split RNN cells are the fused cells, quantized models stay close
+to fp32 and decode end to end (search, shortlists, attention export)."""
+import pytest
+import torch
+
+from seq2seq.models.rnn import StackedRNN
+from seq2seq.quantize import quantize_for_decoding
+from seq2seq.search import beam_search, greedy_search
+from test_models import make_model, reverse_batch, train
+
+ARCHS = ["bahdanau", "luong-general", "transformer-pre"]
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_split_cells_compute_the_fused_cells(cell):
+    torch.manual_seed(0)
+    rnn = StackedRNN(cell, 6, 5, layers=2, dropout=0.0).eval()
+    x, seq = torch.randn(3, 6), torch.randn(3, 4, 6)
+    hidden = [(torch.randn(3, 5), torch.randn(3, 5)) if cell == "lstm" else torch.randn(3, 5) for _ in range(2)]
+    with torch.no_grad():
+        fused_step, fused_hidden = rnn.step(x, hidden)
+        fused_seq = rnn(seq, hidden)
+        rnn.split_cells()
+        split_step, split_hidden = rnn.step(x, hidden)
+        split_seq = rnn(seq, hidden)  # step by step now
+    torch.testing.assert_close(split_step, fused_step)
+    torch.testing.assert_close(split_hidden, fused_hidden)
+    torch.testing.assert_close(split_seq, fused_seq)
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def trained(request):
+    steps = {"bahdanau": 25, "luong-general": 25, "transformer-pre": 40}[request.param]
+    return train(make_model(request.param), steps, 1e-2)
+
+
+def test_int8_logits_close_to_fp32_and_original_untouched(trained):
+    src, mask, tgt_in, _ = reverse_batch(16, torch.Generator().manual_seed(3))
+    before = {name: p.clone() for name, p in trained.state_dict().items()}
+    int8 = quantize_for_decoding(trained)
+    assert any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in int8.modules())
+    with torch.no_grad():
+        reference, _ = trained.eval()(src, mask, tgt_in)
+        quantized, _ = int8(src, mask, tgt_in)
+    error = (quantized - reference).abs().max() / reference.abs().max()
+    assert 0 < error < 0.05  # int8 rounding: different, but by a few percent of the logit range at most
+    assert all(torch.equal(before[name], p) for name, p in trained.state_dict().items())
+
+
+def test_int8_searches_agree_with_fp32(trained):
+    src, mask, _, _ = reverse_batch(24, torch.Generator().manual_seed(5))
+    int8 = quantize_for_decoding(trained)
+    for search in (greedy_search, lambda *a, **k: beam_search(*a, beam_size=3, **k)):
+        fp32 = [h.tokens for h, *_ in search(trained, src, mask, need_attention=False)]
+        hyps = search(int8, src, mask)  # attention attached by a teacher-forced int8 pass
+        same = sum(h.tokens == ref for (h, *_), ref in zip(hyps, fp32))
+        assert same >= 0.75 * len(fp32)
+        for i, (h, *_) in enumerate(hyps):
+            assert h.attention.shape[-2:] == (len(h.tokens) + 1, int(mask[i].sum()))
+            torch.testing.assert_close(h.attention.sum(-1), torch.ones(h.attention.shape[:-1]))
+
+
+def test_int8_restricted_vocabulary(trained):
+    """A shortlist over an int8 output layer uses that layer's rows (dequantized)."""
+    src, mask, _, _ = reverse_batch(8, torch.Generator().manual_seed(9))
+    int8 = quantize_for_decoding(trained)
+    everything = torch.arange(trained.generator.out_features)
+    full = greedy_search(int8, src, mask, need_attention=False)
+    restricted = greedy_search(int8, src, mask, need_attention=False, vocabulary=everything)
+    assert [h.tokens for h, in restricted] == [h.tokens for h, in full]
+    torch.testing.assert_close(int8.output_rows(everything), int8.generator.weight().dequantize())
