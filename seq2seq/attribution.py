@@ -44,9 +44,11 @@ from torch import nn
 from .alignment import AlignmentRecord, _rounded, normalize_rows
 from .errors import UserError
 from .models.base import EncoderDecoder
+from .quantize import is_quantized
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 METHODS = ("gradient", "integrated-gradients", "occlusion")
+GRADIENT_METHODS = ("gradient", "integrated-gradients")
 
 
 @dataclass
@@ -247,6 +249,9 @@ def attribute(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[i
     BOS/EOS (e.g. ``Translation.src_tokens`` and ``Translation.tokens``)."""
     if not src_ids or src_ids[-1] != EOS_ID:
         raise ValueError("attribute: src_ids must end with EOS (id 3), as the model was trained")
+    if method in GRADIENT_METHODS and is_quantized(model):
+        raise UserError(f"attribution method {method!r} differentiates the model, and int8 layers "
+                        "(--precision int8) have no gradients; use occlusion, or --precision fp32")
     if method == "gradient":
         return gradient_x_input(model, src_ids, tgt_ids)
     if method == "integrated-gradients":

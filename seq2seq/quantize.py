@@ -47,9 +47,19 @@ def quantize_for_decoding(model: nn.Module) -> nn.Module:
         return quantize_dynamic(model, spec, dtype=torch.qint8)
 
 
+def is_quantized(model: nn.Module) -> bool:
+    """Whether ``quantize_for_decoding`` made this model (its int8 layers have no gradients)."""
+    return any(type(module).__module__.startswith("torch.ao.nn.quantized") for module in model.modules())
+
+
 def output_rows(layer: nn.Module, ids: torch.Tensor) -> torch.Tensor:
-    """fp32 rows (V', features) of an output layer for the token ids, int8 or not."""
-    weight = layer.weight() if callable(layer.weight) else layer.weight  # int8 layers return it from a call
-    if weight.is_quantized:
-        weight = weight.dequantize()
-    return weight.index_select(0, ids)
+    """fp32 rows (V', features) of an output layer for the token ids, int8 or not.
+
+    An int8 layer's weight is dequantized once and kept (``layer.dequantized_weight``): indexing it
+    costs ~0.1 ms per batch, dequantizing 8,000 rows ~8 ms, and a new int8 layer over the rows (its
+    weight packed again) ~3 ms, more than a one-sentence batch spends in the output layer."""
+    if not callable(layer.weight):  # an nn.Linear
+        return layer.weight.index_select(0, ids)
+    if getattr(layer, "dequantized_weight", None) is None:  # int8 layers return their weight from a call
+        layer.dequantized_weight = layer.weight().dequantize()
+    return layer.dequantized_weight.index_select(0, ids)

@@ -68,6 +68,10 @@ def _check_alignment_flags(args: argparse.Namespace, need_attention: bool) -> No
         raise UserError("--attribution needs --alignments FILE and/or --plot-dir DIR to write its matrices to")
     if args.align_method == "threshold" and not 0.0 < args.align_threshold <= 1.0:
         raise UserError(f"--align-threshold must be in (0, 1] (a share of a row), got {args.align_threshold}")
+    gradients = sorted(set(args.attribution or []) & {"gradient", "integrated-gradients"})
+    if gradients and args.precision == "int8":
+        raise UserError(f"--attribution {' '.join(gradients)} differentiates the model, and --precision int8 "
+                        "layers have no gradients; use --attribution occlusion, or --precision fp32")
     if "integrated-gradients" in (args.attribution or []) and args.ig_steps < 1:
         raise UserError(f"--ig-steps must be >= 1, got {args.ig_steps}")
 

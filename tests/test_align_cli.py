@@ -73,7 +73,7 @@ def test_exported_attention_rows_sum_to_one(tiny_tokenizer, arch, beam):
         np.testing.assert_allclose(with_eos.words.sum(-1), 1.0, rtol=1e-5)
 
 
-def test_translate_alignments_plots_and_attribution_end_to_end(checkpoint, tmp_path):
+def test_translate_alignments_plots_and_attribution_end_to_end(checkpoint, tmp_path, capsys):
     src = tmp_path / "in.txt"
     src.write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
     out, plots = tmp_path / "align.jsonl", tmp_path / "plots"
@@ -106,6 +106,11 @@ def test_translate_alignments_plots_and_attribution_end_to_end(checkpoint, tmp_p
         for name in (f"{index:05d}.png", f"{index:05d}_grid.png", f"{index:05d}_attribution.png"):
             assert (plots / name).stat().st_size > 0, name
     assert not list(tmp_path.rglob(".*.tmp"))
+    code = translate_main(["--checkpoint", str(checkpoint), "--input", str(src), "--alignments", str(out),
+                           "--precision", "int8", "--attribution", "occlusion", "integrated-gradients", "gradient"])
+    assert code == 2  # int8 layers have no gradients: said before anything is translated
+    assert "--attribution gradient integrated-gradients differentiates" in capsys.readouterr().err
+    assert json.loads(out.read_text(encoding="utf-8").splitlines()[0])["index"] == 0  # the first run's file kept
 
 
 def test_translate_eos_threshold_and_bad_layer(checkpoint, tmp_path, capsys):

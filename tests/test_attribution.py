@@ -161,3 +161,18 @@ def test_record_and_json_entry():
     with pytest.raises(Exception, match="unknown attribution method"):
         attribute(model, SRC, TGT, "saliency")
     assert isinstance(a, Attribution)
+
+
+def test_int8_models_get_occlusion_and_a_clear_error_for_gradients():
+    """An int8 model (translate.py --precision int8) has no gradients: occlusion still works, the
+    gradient methods say so instead of failing inside autograd."""
+    from seq2seq.errors import UserError
+    from seq2seq.quantize import quantize_for_decoding
+
+    model = make("transformer")
+    int8 = quantize_for_decoding(model)
+    reference, quantized = occlusion(model, SRC, TGT).raw, occlusion(int8, SRC, TGT).raw
+    assert quantized.shape == reference.shape and np.corrcoef(quantized.ravel(), reference.ravel())[0, 1] > 0.95
+    for method in ("gradient", "integrated-gradients"):
+        with pytest.raises(UserError, match=f"'{method}' differentiates the model.*occlusion"):
+            attribute(int8, SRC, TGT, method)
