@@ -68,7 +68,9 @@ def _check_alignment_flags(args: argparse.Namespace, need_attention: bool) -> No
         raise UserError("--attribution needs --alignments FILE and/or --plot-dir DIR to write its matrices to")
     if args.align_method == "threshold" and not 0.0 < args.align_threshold <= 1.0:
         raise UserError(f"--align-threshold must be in (0, 1] (a share of a row), got {args.align_threshold}")
-    gradients = sorted(set(args.attribution or []) & {"gradient", "integrated-gradients"})
+    from .attribution import GRADIENT_METHODS
+
+    gradients = [method for method in GRADIENT_METHODS if method in (args.attribution or [])]
     if gradients and args.precision == "int8":
         raise UserError(f"--attribution {' '.join(gradients)} differentiates the model, and --precision int8 "
                         "layers have no gradients; use --attribution occlusion, or --precision fp32")
