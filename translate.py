@@ -40,8 +40,8 @@ def parse_args(argv):
                    help="decoding precision (default: fp32). fp16 halves the bytes each step reads: on CPU "
                         "it speeds up one-sentence-at-a-time decoding (--batch-size 1, interactive use) "
                         "~1.8-2.5x with 97-99%% identical outputs, but slows wide CPU batches ~3x. int8 (CPU "
-                        "only) quantizes the linear layers: 1.4-1.8x faster greedy and beam 5 at every width "
-                        "(batch 1: RNN ~2.9x, Transformer ~1.2x), BLEU within 0.3 of fp32; see README Speed")
+                        "only) quantizes the linear layers: greedy and beam 5 1.35-1.8x faster (batch 1: RNN "
+                        "~3x, Transformer ~1.1x), BLEU within 0.3 of fp32; see README Speed")
     p.add_argument("--reference", help="reference file: print sacrebleu BLEU and chrF with signatures")
     a = p.add_argument_group(
         "alignments and attribution",
