@@ -397,8 +397,9 @@ def speed_table(record: dict) -> str:
              f"{peaks['float32_ffn4400x256x1024']:.0f} (FFN-shaped); {bf16}", "",
              "| system | precision | params | tgt tok/step | train tgt tok/s | model GFLOP/s | of matmul peak | "
              "peak RSS | greedy sent/s | beam 5 sent/s | greedy bs1 sent/s | greedy bs1 fp16 sent/s | "
-             "BLEU greedy / beam 5 | shortlist: greedy / beam 5 / bs1 sent/s (BLEU) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "BLEU greedy / beam 5 | shortlist: greedy / beam 5 / bs1 sent/s (BLEU) | "
+             "int8: greedy / beam 5 / bs1 sent/s (BLEU) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, t in record["train"].items():
         d = record["decode"].get(name)
         decode = (f"{d['greedy']['sentences_per_s']:.1f} | {d['beam5']['sentences_per_s']:.1f} | "
@@ -407,13 +408,22 @@ def speed_table(record: dict) -> str:
                   f"{d['greedy']['bleu']:.2f} / {d['beam5']['bleu']:.2f} | "
                   f"{d['greedy_shortlist']['sentences_per_s']:.1f} ({d['greedy_shortlist']['bleu']:.2f}) / "
                   f"{d['beam5_shortlist']['sentences_per_s']:.1f} ({d['beam5_shortlist']['bleu']:.2f}) / "
-                  f"{d['greedy_bs1_shortlist']['sentences_per_s']:.1f}"
-                  if d else "— | — | — | — | — | —")
+                  f"{d['greedy_bs1_shortlist']['sentences_per_s']:.1f} | {_int8_cell(d)}"
+                  if d else "— | — | — | — | — | — | —")
         lines.append(f"| {name} | {t['precision']} | {t['parameters'] / 1e6:.1f} M | "
                      f"{t.get('tgt_tokens_per_step', 0):,.0f} | {t['tgt_tokens_per_s']:,.0f} | "
                      f"{t['model_gflop_per_s_estimate']:.0f} | {t['fraction_of_matmul_peak']:.0%} | "
                      f"{t['peak_rss_mb'] / 1024:.2f} GB | {decode} |")
     return "\n".join(lines) + "\n"
+
+
+def _int8_cell(decode: dict) -> str:
+    """The int8 rows of ``decode_system`` (CPU only) as one table cell, or — where there are none."""
+    if "greedy_int8" not in decode:
+        return "—"
+    greedy, beam, bs1 = (decode[label] for label in ("greedy_int8", "beam5_int8", "greedy_bs1_int8"))
+    return (f"{greedy['sentences_per_s']:.1f} ({greedy['bleu']:.2f}) / {beam['sentences_per_s']:.1f} "
+            f"({beam['bleu']:.2f}) / {bs1['sentences_per_s']:.1f}")
 
 
 def _common_flags(p: argparse.ArgumentParser) -> None:

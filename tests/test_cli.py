@@ -179,6 +179,7 @@ def test_bench_decodes_with_and_without_the_shortlist(checkpoint, tmp_path):
     row = table.splitlines()[-1]
     assert row.count("|") == table.splitlines()[-2].count("|")  # as many cells as the header
     assert f"{result['beam5_shortlist']['sentences_per_s']:.1f}" in row
+    assert f"{result['beam5_int8']['sentences_per_s']:.1f} ({result['beam5_int8']['bleu']:.2f})" in row
 
 
 def test_bench_decode_command_repeats_and_takes_medians(checkpoint, tmp_path):
