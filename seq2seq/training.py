@@ -126,9 +126,12 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: RunConfig):
     raise UserError(f"--schedule must be auto, inverse-sqrt, plateau or constant, got {kind!r}")
 
 
-def sequence_loss(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
-    """Summed label-smoothed cross-entropy over non-pad target tokens (fused: see ``loss.py``)."""
-    return label_smoothed_cross_entropy(logits, target, label_smoothing, ignore_index=PAD_ID)
+def sequence_loss(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0,
+                  reuse_logits: bool = False) -> torch.Tensor:
+    """Summed label-smoothed cross-entropy over non-pad target tokens (fused: see ``loss.py``;
+    ``reuse_logits``: its backward writes the gradient over the logits)."""
+    return label_smoothed_cross_entropy(logits, target, label_smoothing, ignore_index=PAD_ID,
+                                        reuse_logits=reuse_logits)
 
 
 class Trainer:
@@ -299,7 +302,7 @@ class Trainer:
             with distributed.no_sync(self.ddp, sync=i == len(group) - 1):
                 with autocast(self.device, self.cfg.train.precision):
                     logits, _ = self.forward(batch.src, batch.src_mask, batch.tgt_in)
-                loss = sequence_loss(logits, batch.tgt_out, self.cfg.train.label_smoothing)
+                loss = sequence_loss(logits, batch.tgt_out, self.cfg.train.label_smoothing, reuse_logits=True)
                 self.scaler.scale(loss / normaliser).backward()
             total_loss += loss.item()
         [total_loss] = distributed.all_reduce_sum([total_loss])
