@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +73,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .errors import UserError
+from .io_utils import temp_path_beside
 
 WORD_START = "\u2581"  # SentencePiece's '▁'
 EOS = "</s>"
@@ -574,12 +574,6 @@ def _int_list(heads: Heads) -> list[int]:
 # ----------------------------------------------------------------------------- writer
 
 
-def _temp_beside(path: Path) -> Path:
-    """A fresh temp name in ``path``'s directory (so ``os.replace`` is an atomic rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-
-
 class AlignmentWriter:
     """Write ``AlignmentRecord``s as JSONL (streamed) and optionally NPZ, both atomically.
 
@@ -611,10 +605,10 @@ class AlignmentWriter:
         self._zip: zipfile.ZipFile | None = None
 
     def __enter__(self) -> AlignmentWriter:
-        self._jsonl_tmp = _temp_beside(self.jsonl_path)
+        self._jsonl_tmp = temp_path_beside(self.jsonl_path)
         self._jsonl = self._jsonl_tmp.open("x", encoding="utf-8")
         if self.npz_path is not None:
-            self._npz_tmp = _temp_beside(self.npz_path)
+            self._npz_tmp = temp_path_beside(self.npz_path)
             self._zip = zipfile.ZipFile(self._npz_tmp, "x", zipfile.ZIP_STORED, allowZip64=True)
         return self
 

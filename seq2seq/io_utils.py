@@ -1,15 +1,37 @@
-"""Small I/O helpers: atomic output files and chunked line streams."""
+"""Small I/O helpers: the one atomic writer, temp names beside a target, and chunked line streams.
+
+Every file the toolkit writes goes through a temp file in the target's directory and an
+``os.replace`` (atomic on POSIX), so an error never leaves a half-written file under the final name.
+The published file gets the permissions a plain ``open(path, "w")`` would give: 0666 less the
+process umask (``tempfile.mkstemp`` alone would leave it private, 0600).
+"""
 from __future__ import annotations
 
 import os
 import sys
 import tempfile
+import uuid
 from contextlib import contextmanager
 from itertools import islice
 from pathlib import Path
 from typing import IO, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
+
+
+def current_umask() -> int:
+    """The process umask (reading it means setting it; it is restored at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def temp_path_beside(path: Path) -> Path:
+    """A fresh temp name in ``path``'s directory (so ``os.replace`` is an atomic rename); the
+    directory is created. For writers that open the file themselves (matplotlib, zip archives),
+    which then get ordinary permissions."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
 
 
 @contextmanager
@@ -22,12 +44,19 @@ def atomic_output(path: str | Path | None, mode: str = "w") -> Iterator[IO]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())  # what open(path, "w") gives, not mkstemp's 0600
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
             yield handle
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (``atomic_output``)."""
+    with atomic_output(path, "wb") as handle:
+        handle.write(data)
 
 
 def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:

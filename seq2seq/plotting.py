@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import uuid
 import warnings
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -28,6 +27,7 @@ from matplotlib import font_manager, rc_context
 from matplotlib.figure import Figure
 
 from .alignment import AlignmentRecord, as_array
+from .io_utils import temp_path_beside
 
 KNOWN_FORMATS = ("png", "svg", "pdf")
 ANNOTATE_MAX = 12  # write the weights into the cells up to this many rows and columns
@@ -114,8 +114,7 @@ def _save(fig: Figure, paths: list[Path]) -> list[Path]:
         fmt = path.suffix.lstrip(".").lower()
         if fmt not in KNOWN_FORMATS:
             raise ValueError(f"cannot write {path}: use one of .{', .'.join(KNOWN_FORMATS)}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        tmp = temp_path_beside(path)
         try:
             fig.savefig(tmp, format=fmt, dpi=150, bbox_inches="tight")
             os.replace(tmp, path)

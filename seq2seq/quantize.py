@@ -11,6 +11,16 @@ embedding table for the inputs) and the decoder's GRU / LSTM cells, which ``Stac
 splits into explicit W_ih / W_hh linears (``split_cells``). A module that reads a linear's weight
 directly marks it ``keep_float = True`` (the additive attention's v, a 512 -> 1 map).
 
+What is guaranteed, and tested: an int8 model stays within int8 rounding of the fp32 one, not
+equal to it. With a lexical shortlist the int8 output layer's rows are dequantized once and
+multiplied with fp32 features (``output_rows``), while the full int8 layer also rounds the features
+to 8 bits, so for every token v the two logits differ by at most s_x * ||w_v||_1 (s_x: the
+activation scale, range(x) / 127 at worst). They are different kernels and pick different tokens
+where the top two logits are closer than that, so a shortlist that lists every token decodes like
+a weight-only int8 output layer, not exactly like the full int8 layer. The
+int8 kernels themselves (FBGEMM, or oneDNN on CPUs with VNNI) are chosen by PyTorch from the CPU,
+so the same model can round differently on another CPU family.
+
 It uses PyTorch's eager-mode ``torch.ao.quantization.quantize_dynamic`` (deprecated in favour of
 torchao since 2.10, still in 2.13); where it is missing, asking for int8 is a clear error.
 """

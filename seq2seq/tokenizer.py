@@ -17,13 +17,13 @@ import json
 import logging
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import sentencepiece as spm
 
 from .errors import UserError
+from .io_utils import atomic_write_bytes
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SPECIAL_IDS = frozenset((PAD_ID, UNK_ID, BOS_ID, EOS_ID))
@@ -172,19 +172,6 @@ def _content_ids(ids: Iterable[int]) -> list[int]:
         if i not in (PAD_ID, BOS_ID):
             out.append(i)  # UNK is kept: it decodes to " ⁇ " so a reader sees the gap
     return out
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same directory and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def texts_fingerprint(texts: Iterable[str]) -> str:

@@ -26,7 +26,7 @@ import numpy as np
 from datasets import Dataset, DatasetDict
 
 from .errors import UserError
-from .tokenizer import atomic_write_bytes
+from .io_utils import atomic_write_bytes
 
 MAX_NUMBER = 999_999
 TOY_VERSION = 1  # bump when the generated text changes (part of cache fingerprints)

@@ -113,13 +113,15 @@ def test_multi_head_weights_path_equals_fused_path():
     fused, none = mha(x, memory, memory, mask)
     explicit, weights = mha(x, memory, memory, mask, need_weights=True)
     assert none is None and weights.shape == (2, 4, 5, 7)
-    torch.testing.assert_close(fused, explicit)
+    # two kernels (PyTorch's fused attention vs softmax(QK^T)V): equal within fp32 rounding, with a
+    # margin (1e-5 on values of order 1) far above the differences any kernel set gives
+    torch.testing.assert_close(fused, explicit, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 5))
     assert (weights[1, ..., 3:] == 0).all()
     # causal self-attention: fused kernel's causal flag == explicit causal mask
     fused, _ = mha(x, x, x, is_causal=True)
     explicit, weights = mha(x, x, x, need_weights=True, is_causal=True)
-    torch.testing.assert_close(fused, explicit)
+    torch.testing.assert_close(fused, explicit, rtol=1e-5, atol=1e-5)
     assert (weights.triu(1) == 0).all()
     # precomputed keys/values give the same result as projecting them in the call
     cached, _ = mha(x, mask=mask, kv_cache=mha.project_kv(memory))

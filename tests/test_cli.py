@@ -1,6 +1,8 @@
 """train.py and translate.py as a user runs them: subprocesses, exit codes, stdin/stdout, files."""
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -10,9 +12,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(script: str, *args: str, stdin: str | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+def run(script: str, *args: str, stdin: str | None = None, cwd: Path = ROOT,
+        umask: int = 0o022) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / script), *args], input=stdin, capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
+                          text=True, cwd=cwd, timeout=300, preexec_fn=lambda: os.umask(umask))
 
 
 TINY = ["--toy-size", "300", "--vocab-size", "120", "--d-model", "32", "--heads", "2", "--ff-size", "64",
@@ -112,6 +115,19 @@ def test_translate_errors_are_one_line_without_traceback(checkpoint, tmp_path, a
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_written_files_are_readable_as_the_umask_allows(checkpoint, tmp_path):
+    """Every file a run and translate.py write gets what open(path, "w") would give (umask 022 ->
+    0644, 027 -> 0640), not mkstemp's private 0600."""
+    run_dir = checkpoint.parent  # the fixture trained under umask 022
+    for name in ("best.pt", "last.pt", "spm.model", "spm.json", "summary.json", "shortlist.npz", "test.hyp"):
+        assert stat.S_IMODE((run_dir / name).stat().st_mode) == 0o644, name
+    out = tmp_path / "out.txt"
+    proc = run("translate.py", "--checkpoint", str(checkpoint), "--beam-size", "1", "--output", str(out),
+               stdin="seven\n", umask=0o027)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640
 
 
 def test_bad_output_never_leaves_a_half_written_file(checkpoint, tmp_path):

@@ -1,5 +1,6 @@
 import json
 import os
+import stat
 from pathlib import Path
 
 import datasets
@@ -245,6 +246,88 @@ def test_empty_after_cleaning_names_filters():
         clean_corpus(dd, max_len=2)
 
 
+def _empty_corpus_case(tmp_path: Path, case: str) -> DataConfig:
+    """A corpus with one split holding no pairs (from the start, or after cleaning)."""
+    good = multi30k_like(tmp_path / "good")
+    if case.startswith("dir-"):
+        split = case.removeprefix("dir-")
+        stem = {"train": "train", "validation": "val", "test": "test_2016_flickr"}[split]
+        for lang in ("de", "en"):
+            write(good / f"{stem}.{lang}", [])
+        return DataConfig(data_dir=str(good), src="de", tgt="en")
+    tsv = write(tmp_path / "ok.tsv", ["a b\tc d"])
+    empty = {"tsv": write(tmp_path / "empty.tsv", []), "blank-tsv": write(tmp_path / "blank.tsv", ["", "  "]),
+             "jsonl": write(tmp_path / "empty.jsonl", [])}
+    kind, split = case.split(":")
+    files = {"train_file": str(tsv), "valid_file": str(tsv), "test_file": None}
+    files[{"train": "train_file", "validation": "valid_file", "test": "test_file"}[split]] = str(empty[kind])
+    return DataConfig(**files)
+
+
+@pytest.mark.parametrize("case, message", [
+    ("dir-train", r"--data-dir: .*train.de / train.en: no sentence pairs"),
+    ("dir-validation", r"--data-dir: .*val.de / val.en: no sentence pairs.*needs validation pairs"),
+    ("dir-test", r"--data-dir: .*test_2016_flickr.de / test_2016_flickr.en: no sentence pairs"),
+    ("tsv:train", r"--train-file .*empty.tsv: no sentence pairs"),
+    ("blank-tsv:train", r"--train-file .*blank.tsv: no sentence pairs"),
+    ("jsonl:train", r"--train-file .*empty.jsonl: no sentence pairs"),
+    ("tsv:validation", r"--valid-file .*empty.tsv: no sentence pairs"),
+    ("jsonl:test", r"--test-file .*empty.jsonl: no sentence pairs"),
+])
+@pytest.mark.parametrize("streaming", [False, True])
+def test_an_empty_split_is_a_named_error_from_every_source(tmp_path, case, message, streaming):
+    from seq2seq.data.corpus import load_clean_corpus
+    from seq2seq.data.streaming import load_stream_corpus
+
+    cfg = _empty_corpus_case(tmp_path, case)
+    cfg.streaming = streaming
+    with pytest.raises(UserError, match=message):
+        load_stream_corpus(cfg) if streaming else load_clean_corpus(cfg)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_empty_after_cleaning_and_absent_validation_are_named(tmp_path, streaming):
+    from seq2seq.data.corpus import load_clean_corpus
+    from seq2seq.data.streaming import load_stream_corpus
+
+    load = load_stream_corpus if streaming else load_clean_corpus
+    good = multi30k_like(tmp_path / "good")
+    with pytest.raises(UserError, match=r"train.de / train.en: .*(after cleaning|none left after cleaning)"):
+        load(DataConfig(data_dir=str(good), src="de", tgt="en", max_len=1, streaming=streaming))
+    no_eval = multi30k_like(tmp_path / "no-eval", test=False)
+    for lang in ("de", "en"):
+        (no_eval / f"val.{lang}").unlink()
+    with pytest.raises(UserError, match=r"no validation data.*--valid-file"):
+        load(DataConfig(data_dir=str(no_eval), src="de", tgt="en", streaming=streaming))
+    with_val = multi30k_like(tmp_path / "no-test", test=False)  # an absent test split is allowed
+    corpus = load(DataConfig(data_dir=str(with_val), src="de", tgt="en", streaming=streaming))
+    assert len((corpus[1] if streaming else corpus[0])["test"]) == 0
+
+
+def test_an_empty_hub_split_names_the_dataset():
+    from seq2seq.data.corpus import split_sources
+
+    raw = DatasetDict({"train": Dataset.from_dict({"en": ["a"], "de": ["b"]}),
+                       "validation": Dataset.from_dict({"en": [], "de": []})})
+    sources = split_sources(DataConfig(dataset="someone/corpus", src="de", tgt="en"))
+    with pytest.raises(UserError, match=r"--dataset someone/corpus, validation split: no sentence pairs"):
+        clean_corpus(hub_to_pairs(raw, "de", "en"), sources=sources)
+
+
+def test_train_py_on_empty_files_says_so_without_a_traceback(tmp_path):
+    import subprocess
+    import sys
+
+    data = multi30k_like(tmp_path / "data")
+    for lang in ("de", "en"):
+        write(data / f"train.{lang}", [])
+    proc = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "train.py"), "--data-dir", str(data),
+                           "--src", "de", "--tgt", "en", "--quiet", "--cache-dir", str(tmp_path / "cache"),
+                           "--output-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"{data / 'train.de'} / train.en: no sentence pairs" in proc.stderr
+
+
 # ---- encoding and the cache ---------------------------------------------------------------------
 
 def test_encode_corpus(toy_dd, tiny_tokenizer):
@@ -274,6 +357,9 @@ def test_prepare_corpus_caches_atomically(tmp_path, tiny_tokenizer, monkeypatch)
 
     first = prepare_corpus(cfg, tiny_tokenizer, cache)
     assert [p.name.startswith("corpus-") for p in cache.iterdir()] == [True]
+    from seq2seq.io_utils import current_umask
+    # a shared cache stays usable by others as the umask allows (not tempfile.mkdtemp's 0700)
+    assert stat.S_IMODE(next(cache.iterdir()).stat().st_mode) == 0o777 & ~current_umask()
     monkeypatch.setattr(prepare_module, "encode_corpus", lambda *a: pytest.fail("re-encoded"))
     again = prepare_corpus(cfg, tiny_tokenizer, cache)
     assert again["train"]["src_ids"] == first["train"]["src_ids"]

@@ -54,18 +54,42 @@ def test_int8_searches_agree_with_fp32(trained):
         fp32 = [h.tokens for h, *_ in search(trained, src, mask, need_attention=False)]
         hyps = search(int8, src, mask)  # attention attached by a teacher-forced int8 pass
         same = sum(h.tokens == ref for (h, *_), ref in zip(hyps, fp32))
-        assert same >= 0.75 * len(fp32)
+        # int8 and fp32 are different kernels, and these briefly trained models have near-ties: a
+        # share of equal outputs, not equality (20-24 of 24 where measured; a broken path gives ~0)
+        assert same >= 2 / 3 * len(fp32)
         for i, (h, *_) in enumerate(hyps):
             assert h.attention.shape[-2:] == (len(h.tokens) + 1, int(mask[i].sum()))
             torch.testing.assert_close(h.attention.sum(-1), torch.ones(h.attention.shape[:-1]))
 
 
-def test_int8_restricted_vocabulary(trained):
-    """A shortlist over an int8 output layer uses that layer's rows (dequantized)."""
-    src, mask, _, _ = reverse_batch(8, torch.Generator().manual_seed(9))
+def _output_layer_inputs(model, src, mask, tgt_in):
+    """The decoder features that reach ``model.generator`` in a teacher-forced pass, (rows, D)."""
+    captured = []
+    hook = model.generator.register_forward_hook(lambda module, inputs, output: captured.append(inputs[0]))
+    with torch.no_grad():
+        model(src, mask, tgt_in)
+    hook.remove()
+    return captured[0].reshape(-1, captured[0].size(-1))
+
+
+def test_int8_restricted_vocabulary_within_the_activation_rounding_bound(trained):
+    """A shortlist over an int8 output layer multiplies fp32 features by the layer's dequantized rows;
+    the full int8 layer also rounds the features to 8 bits. The guarantee (quantize.py) is agreement
+    within that rounding, |z_full - z_list| <= s_x * ||w_v||_1 with s_x = range(x) / 127, not equal
+    tokens: the two are different kernels (FBGEMM or oneDNN, picked by the library for the CPU), and
+    a near-tie may go either way on another CPU."""
+    src, mask, tgt_in, _ = reverse_batch(16, torch.Generator().manual_seed(9))
     int8 = quantize_for_decoding(trained)
     everything = torch.arange(trained.generator.out_features)
-    full = greedy_search(int8, src, mask, need_attention=False)
-    restricted = greedy_search(int8, src, mask, need_attention=False, vocabulary=everything)
-    assert [h.tokens for h, in restricted] == [h.tokens for h, in full]
-    torch.testing.assert_close(int8.output_rows(everything), int8.generator.weight().dequantize())
+    rows = int8.output_rows(everything)
+    torch.testing.assert_close(rows, int8.generator.weight().dequantize(), rtol=0, atol=0)
+    features = _output_layer_inputs(int8, src, mask, tgt_in)
+    with torch.no_grad():
+        full, listed = int8.generator(features), int8.logits(features, rows)
+    scale = (features.max().clamp(min=0) - features.min().clamp(max=0)) / 127
+    bound = scale * rows.abs().sum(1) + 1e-5  # (V,): one bound per output token
+    assert ((full - listed).abs() <= bound).all()
+    assert (full - listed).abs().max() > 0  # two computations: the test would see a kernel mix-up
+    # the same kernel on the same rows is exact: listing every token changes nothing
+    with torch.no_grad():
+        torch.testing.assert_close(int8.logits(features, int8.output_rows(everything)), listed, rtol=0, atol=0)

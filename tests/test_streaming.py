@@ -67,14 +67,16 @@ def test_the_tokenizer_reads_only_the_head_of_a_stream():
 def test_stream_errors_name_the_file_and_line(tmp_path):
     (tmp_path / "train.en").write_text("one\ntwo\nthree\n", encoding="utf-8")
     (tmp_path / "train.de").write_text("eins\nzwei\n", encoding="utf-8")
-    pairs, _ = load_stream_corpus(DataConfig(data_dir=str(tmp_path), src="en", tgt="de", streaming=True))
-    with pytest.raises(UserError, match=r"train\.de ends at line 2"):
-        list(pairs)
+    (tmp_path / "val.en").write_text("four\n", encoding="utf-8")  # training needs validation pairs
+    (tmp_path / "val.de").write_text("vier\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"train\.de ends at line 2"):  # the first read (a batch) finds it
+        list(load_stream_corpus(DataConfig(data_dir=str(tmp_path), src="en", tgt="de", streaming=True))[0])
     table = tmp_path / "train.tsv"
     table.write_text("a\tb\nc\td\te\n", encoding="utf-8")
-    pairs, _ = load_stream_corpus(DataConfig(train_file=str(table), streaming=True))
+    valid = tmp_path / "valid.tsv"
+    valid.write_text("f\tg\n", encoding="utf-8")
     with pytest.raises(UserError, match=r"train\.tsv, line 2: found 3 tab-separated columns"):
-        list(pairs)
+        list(load_stream_corpus(DataConfig(train_file=str(table), valid_file=str(valid), streaming=True))[0])
 
 
 def test_streaming_training_resumes_exactly(tmp_path):

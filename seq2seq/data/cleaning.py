@@ -44,19 +44,24 @@ def _keep(reasons: list[int]) -> list[bool]:
     return [reason == KEEP for reason in reasons]
 
 
-def clean_corpus(dd: DatasetDict, max_len: int = 0, max_len_ratio: float = 0.0) -> tuple[DatasetDict, dict]:
+def clean_corpus(dd: DatasetDict, max_len: int = 0, max_len_ratio: float = 0.0,
+                 sources: dict[str, str | None] | None = None) -> tuple[DatasetDict, dict]:
     """Return the cleaned corpus and ``{split: {"read", "kept", "empty", "too_long", "ratio"}}``.
 
     Training pairs are dropped when a side is empty, a side has more than ``max_len`` words
-    (0 = no limit) or ``max(len)/min(len) > max_len_ratio`` (0 = no limit).
+    (0 = no limit) or ``max(len)/min(len) > max_len_ratio`` (0 = no limit). Then every split
+    training needs must have pairs (``require_pairs``); ``sources`` names where each split came from
+    (``corpus.split_sources``) so that the error can name the file or dataset.
     """
     if max_len < 0 or max_len_ratio < 0:
         raise UserError("--max-len and --max-len-ratio must be >= 0 (0 = no filter)")
     out, stats = {}, {}
     for split, dataset in dd.items():
-        if split != "train":
+        if split != "train" or len(dataset) == 0:  # (map skips an empty dataset: no _drop column)
             out[split] = dataset.map(_strip, batched=True, desc=f"Stripping {split}")
             stats[split] = {"read": len(dataset), "kept": len(dataset)}
+            if split == "train":
+                stats[split].update({name: 0 for name in REASONS.values()})
             continue
         marked = dataset.map(_drop_reasons, batched=True, desc="Cleaning train",
                              fn_kwargs={"max_len": max_len, "max_len_ratio": max_len_ratio})
@@ -70,13 +75,40 @@ def clean_corpus(dd: DatasetDict, max_len: int = 0, max_len_ratio: float = 0.0) 
         log.info("data: train %d pairs read, %d kept (dropped: %d empty, %d over --max-len, %d over "
                  "--max-len-ratio)", train["read"], train["kept"], train["empty"], train["too_long"],
                  train["ratio"])
-        if train["kept"] == 0:
-            if train["read"] == 0:
-                raise UserError("the training corpus has no lines; check --data-dir / --train-file")
-            raise UserError(
-                f"the training corpus is empty after cleaning: of {train['read']} pairs, "
-                f"{train['empty']} have an empty side, {train['too_long']} exceed --max-len {max_len}, "
-                f"{train['ratio']} exceed --max-len-ratio {max_len_ratio}; relax --max-len / "
-                "--max-len-ratio (0 disables them) or check that the files hold text"
-            )
+    require_pairs(stats, sources or {}, max_len, max_len_ratio)
     return DatasetDict(out), stats
+
+
+def require_pairs(stats: dict, sources: dict[str, str | None], max_len: int = 0, max_len_ratio: float = 0.0) -> None:
+    """UserError naming the split and its source when a split training needs has no pairs.
+
+    Training needs pairs in train (after cleaning) and in validation (best.pt and early stopping
+    are chosen by validation BLEU). A test split may be absent (its source is None: the final test
+    is skipped), but one that was given and holds no pairs is an error like the others."""
+    def where(split: str) -> str:
+        return sources.get(split) or f"the {split} split"
+
+    train = stats.get("train")
+    if train is not None and train["kept"] == 0:
+        if train["read"] == 0:
+            raise UserError(f"{where('train')}: no sentence pairs (the training data is empty); "
+                            "give files or a dataset that hold parallel sentences")
+        raise UserError(
+            f"{where('train')}: the training corpus is empty after cleaning: of {train['read']} pairs, "
+            f"{train['empty']} have an empty side, {train['too_long']} exceed --max-len {max_len}, "
+            f"{train['ratio']} exceed --max-len-ratio {max_len_ratio}; relax --max-len / "
+            "--max-len-ratio (0 disables them) or check that the files hold text"
+        )
+    valid = stats.get("validation")
+    if valid is not None and valid["read"] == 0:
+        given = sources.get("validation")
+        raise UserError(
+            (f"{given}: no sentence pairs" if given else "no validation data") + ". Training chooses "
+            "best.pt and stops early by validation BLEU, so it needs validation pairs: give "
+            "--valid-file FILE (with --train-file), {split}.{lang} files named by --valid-split in "
+            "--data-dir, or --valid-split NAME for a hub dataset"
+        )
+    test = stats.get("test")
+    if test is not None and test["read"] == 0 and sources.get("test"):
+        raise UserError(f"{sources['test']}: no sentence pairs; give a test file with sentence pairs, "
+                        "or leave the test split out (the final test is then skipped)")

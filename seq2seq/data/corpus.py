@@ -117,7 +117,28 @@ def _train_on_disk(cfg: DataConfig, kind: str) -> Dataset:
 
 def load_clean_corpus(cfg: DataConfig) -> tuple[DatasetDict, dict]:
     """``load_corpus`` then ``clean_corpus`` with the config's filters; returns (corpus, stats)."""
-    return clean_corpus(load_corpus(cfg), cfg.max_len, cfg.max_len_ratio)
+    return clean_corpus(load_corpus(cfg), cfg.max_len, cfg.max_len_ratio, split_sources(cfg))
+
+
+def split_sources(cfg: DataConfig) -> dict[str, str | None]:
+    """Where each split comes from, as an error message names it (the flag and the file, or the
+    hub dataset and split); None for a validation or test split that was not given."""
+    kind = corpus_source(cfg)
+    if kind == "toy":
+        return {split: f"the toy corpus ({split} split, --toy-size {cfg.toy_size})" for split in _text_splits(cfg)}
+    if kind == "files":
+        files = {"train": ("--train-file", cfg.train_file), "validation": ("--valid-file", cfg.valid_file),
+                 "test": ("--test-file", cfg.test_file)}
+        return {split: f"{flag} {path}" if path else None for split, (flag, path) in files.items()}
+    if kind == "dir":
+        sources: dict[str, str | None] = {}
+        for split, stem in _text_splits(cfg).items():
+            paths = [Path(cfg.data_dir) / f"{stem}.{lang}" for lang in (cfg.src, cfg.tgt)]
+            given = split == "train" or any(p.is_file() for p in paths)
+            sources[split] = f"--data-dir: {paths[0]} / {paths[1].name}" if given else None
+        return sources
+    name = cfg.dataset + (f" ({cfg.dataset_config})" if cfg.dataset_config else "")
+    return {split: f"--dataset {name}, {split} split" for split in _text_splits(cfg)}
 
 
 def _file_stat(path: Path) -> list | None:

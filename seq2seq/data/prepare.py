@@ -12,6 +12,7 @@ from pathlib import Path
 from datasets import Dataset, DatasetDict, load_from_disk
 
 from ..config import DataConfig
+from ..io_utils import current_umask
 from ..tokenizer import EOS_ID, Tokenizer, load_or_train_tokenizer
 from .corpus import corpus_fingerprint, corpus_texts, load_clean_corpus, raw_dir
 from .schema import ENCODED_FEATURES, SPLITS
@@ -84,6 +85,7 @@ def prepare_corpus(
     encoded = encode_corpus(corpus, tokenizer, cfg.num_proc)
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=cache_dir, prefix=f".{target.name}."))
+    tmp.chmod(0o777 & ~current_umask())  # what mkdir gives, not mkdtemp's 0700: a shared cache stays readable
     try:
         DatasetDict({split: ds for split, ds in encoded.items() if len(ds)}).save_to_disk(str(tmp))
         info = {"corpus_fingerprint": corpus_fingerprint(cfg), "tokenizer_sha256": tokenizer.sha256(),

@@ -23,7 +23,7 @@ from ..errors import UserError
 from ..tokenizer import Tokenizer, load_or_train_tokenizer
 from .batching import Batch, _pad_batch, length_order, pack_by_tokens
 from .cleaning import _drop_reasons, _keep, clean_corpus
-from .corpus import _explicit_hub_splits, _text_splits, corpus_fingerprint, corpus_source, load_corpus
+from .corpus import _explicit_hub_splits, _text_splits, corpus_fingerprint, corpus_source, load_corpus, split_sources
 from .files import load_table_files, load_text_dir, parallel_line_pairs, table_pairs
 from .hub import load_hub
 from .prepare import _encode, encode_corpus
@@ -60,8 +60,13 @@ def load_stream_corpus(cfg: DataConfig) -> tuple[IterableDataset, DatasetDict]:
                        split_names=_explicit_hub_splits(cfg))
         corpus = {split: _in_memory(hub[split]) for split in EVAL_SPLITS}
         train = hub["train"]
-    evals, _ = clean_corpus(DatasetDict({split: corpus[split] for split in EVAL_SPLITS}))
-    return clean_stream(train, cfg.max_len, cfg.max_len_ratio), evals
+    sources = split_sources(cfg)
+    evals, _ = clean_corpus(DatasetDict({split: corpus[split] for split in EVAL_SPLITS}), sources=sources)
+    cleaned = clean_stream(train, cfg.max_len, cfg.max_len_ratio)
+    if next(iter(cleaned), None) is None:  # reads up to the first pair kept, no further
+        raise UserError(f"{sources['train']}: no sentence pairs, or none left after cleaning "
+                        f"(--max-len {cfg.max_len}, --max-len-ratio {cfg.max_len_ratio}; 0 disables them)")
+    return cleaned, evals
 
 
 def clean_stream(pairs: IterableDataset, max_len: int = 0, max_len_ratio: float = 0.0) -> IterableDataset:
