@@ -1,14 +1,47 @@
 """seq2seq: attention-based neural machine translation, RNN and Transformer side by side.
 
     from seq2seq import Translator, RunConfig, train
+    cfg = RunConfig.from_preset("rnn-bahdanau", data={"data_dir": "multi30k", "src": "de", "tgt": "en"})
+    result = train(cfg)                     # = seq2seq train --preset rnn-bahdanau --data-dir ...
+    translator = Translator.from_checkpoint(result.best_checkpoint)
+    print(translator.translate(["Ein Hund rennt."])[0].text)   # beam 5, as seq2seq translate
+
+Names are imported on first use (PEP 562), so ``from seq2seq import Translator`` loads neither
+the training loop nor ``datasets``.
 """
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-from .config import DataConfig, ModelConfig, RunConfig, TrainConfig  # noqa: E402
-from .errors import UserError  # noqa: E402
-from .models import build_model  # noqa: E402
-from .training import TrainResult, train  # noqa: E402
-from .translator import Translation, Translator  # noqa: E402
+_EXPORTS = {
+    "DataConfig": "config", "DecodeConfig": "config", "ModelConfig": "config", "RunConfig": "config",
+    "TrainConfig": "config", "PRESETS": "config",
+    "UserError": "errors",
+    "build_model": "models",
+    "TrainResult": "training", "train": "training",
+    "Translation": "translator", "Translator": "translator",
+}
+__all__ = sorted(_EXPORTS)
 
-__all__ = ["DataConfig", "ModelConfig", "RunConfig", "TrainConfig", "UserError", "build_model",
-           "TrainResult", "train", "Translation", "Translator"]
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports on demand
+    from .config import PRESETS, DataConfig, DecodeConfig, ModelConfig, RunConfig, TrainConfig
+    from .errors import UserError
+    from .models import build_model
+    from .training import TrainResult, train
+    from .translator import Translation, Translator
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'seq2seq' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

@@ -1,14 +1,14 @@
-"""Alignment quality against gold links: ``python -m seq2seq.align``.
+"""Alignment quality against gold links: ``seq2seq align``.
 
-    python -m seq2seq.align --checkpoint RUN/best.pt --source test.de --target test.en \\
+    seq2seq align --checkpoint RUN/best.pt --source test.de --target test.en \\
         --gold test.talp [--backward-checkpoint RUN_EN_DE/best.pt] [--output links.txt]
 
 Gold alignments refer to the given (reference) translation, not to what the model would produce,
 so the target is force-decoded: one teacher-forced pass gives the attention over the source for
-every target token. Attention is aggregated (``--layer``, default the penultimate decoder layer;
-``--heads``, default their mean), merged to words (words = SentencePiece '▁' boundaries = the
+every target token. Attention is aggregated (``--align-layer``, default the penultimate decoder layer;
+``--align-heads``, default their mean), merged to words (words = SentencePiece '▁' boundaries = the
 whitespace tokens of the files, so pass the files tokenized as the gold alignments are), EOS is
-dropped, and hard links are read with ``--method`` argmax or threshold.
+dropped, and hard links are read with ``--align-method`` argmax or threshold.
 
 With ``--backward-checkpoint`` (a target->source model) the target is aligned to the source too;
 its links are transposed to (source, target) and symmetrized by intersection and grow-diag-final.
@@ -32,7 +32,6 @@ from .alignment import (AlignmentRecord, AlignmentScores, Link, alignment_error_
                         grow_diag_final, intersect_alignments, read_gold_alignments, to_pharaoh,
                         transpose_links, words_from_pieces)
 from .attribution import teacher_force
-from .cli import run_cli
 from .errors import UserError
 from .io_utils import atomic_output
 from .translate_cli import check_layer_heads
@@ -81,14 +80,14 @@ def _read_parallel(args: argparse.Namespace) -> tuple[list[str], list[str], list
 def evaluate(args: argparse.Namespace) -> dict[str, AlignmentScores]:
     """Align, score every direction, write --output; returns the scores by name."""
     sources, targets, sure, possible = _read_parallel(args)
-    settings = dict(method=args.method, threshold=args.threshold, batch_size=args.batch_size)
+    settings = dict(method=args.align_method, threshold=args.align_threshold, batch_size=args.batch_size)
     forward = Translator.from_checkpoint(args.checkpoint, device=args.device)
-    layer, heads = check_layer_heads(args.layer, args.heads, forward.model)
+    layer, heads = check_layer_heads(args.align_layer, args.align_heads, forward.model)
     systems = {"forward": force_align(forward, sources, targets, layer, heads, **settings,
                                       names=(f"--source {args.source}", f"--target {args.target}"))}
     if args.backward_checkpoint:
         backward = Translator.from_checkpoint(args.backward_checkpoint, device=args.device)
-        b_layer, b_heads = check_layer_heads(args.layer, args.heads, backward.model)
+        b_layer, b_heads = check_layer_heads(args.align_layer, args.align_heads, backward.model)
         links = force_align(backward, targets, sources, b_layer, b_heads, **settings,
                             names=(f"--target {args.target}", f"--source {args.source}"))
         systems["backward"] = [transpose_links(x) for x in links]
@@ -118,38 +117,7 @@ def score_table(scores: dict[str, AlignmentScores], chosen: str) -> str:
     return "\n".join(rows)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m seq2seq.align", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", required=True, help="source->target checkpoint (.pt or run directory)")
-    p.add_argument("--source", required=True, help="source sentences, one per line, tokenized like the gold")
-    p.add_argument("--target", required=True, help="target (reference) sentences, one per line")
-    p.add_argument("--gold", required=True, help="gold Pharaoh alignments (0-based i-j sure, i?j possible)")
-    p.add_argument("--backward-checkpoint", help="target->source checkpoint for symmetrized links")
-    p.add_argument("--symmetrize", choices=("forward", "backward", "intersection", "grow-diag-final"),
-                   help="which links --output gets (default: intersection with a backward model, else forward)")
-    p.add_argument("--layer", default="-2", help="decoder layer or 'all' (default: -2, the penultimate; "
-                                                 "Garg et al. 2019 found it aligns best)")
-    p.add_argument("--heads", default="mean", help="'mean' or comma-separated head indices (default: mean)")
-    p.add_argument("--method", choices=("argmax", "threshold"), default="argmax", help="hard links (default: argmax)")
-    p.add_argument("--threshold", type=float, default=0.3, help="row share for --method threshold (default: 0.3)")
-    p.add_argument("--output", help="write the chosen links here as Pharaoh lines (atomically)")
-    p.add_argument("--json", action="store_true", help="also print the scores as one JSON line")
-    p.add_argument("--batch-size", type=int, default=32, help="sentence pairs per forward pass (default: 32)")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
-    args = p.parse_args(argv)
-    if args.method == "threshold" and not 0.0 < args.threshold <= 1.0:
-        raise UserError(f"--threshold must be in (0, 1], got {args.threshold}")
-    if args.batch_size < 1:
-        raise UserError(f"--batch-size must be positive, got {args.batch_size}")
-    return args
+if __name__ == "__main__":  # python -m seq2seq.align: the same as `seq2seq align`
+    from .cli.align import main
 
-
-@run_cli
-def main(argv: list[str] | None = None) -> int:
-    evaluate(parse_args(argv))
-    return 0
-
-
-if __name__ == "__main__":
     sys.exit(main())

@@ -22,16 +22,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = Path(os.environ.get("SEQ2SEQ_MULTI30K", ROOT.parent / "shared" / "data" / "multi30k"))
 
-# Peer-comparable sizes (see ../shared/bench-peers): the same as Joey NMT / OpenNMT-py runs.
+# The systems compared: the presets (seq2seq.config.PRESETS, configs/*.yaml), whose sizes are the
+# peers' (see ../shared/bench-peers): the same as the Joey NMT / OpenNMT-py runs.
 SYSTEMS: dict[str, list[str]] = {
-    "rnn-bahdanau": ["--arch", "rnn", "--attention", "bahdanau", "--embed-dim", "256", "--hidden-size", "256",
-                     "--decoder-hidden-size", "512", "--dropout", "0.3", "--max-tokens", "2000"],
-    "rnn-luong-general": ["--arch", "rnn", "--attention", "luong-general", "--embed-dim", "256",
-                          "--hidden-size", "256", "--decoder-hidden-size", "512", "--dropout", "0.3",
-                          "--max-tokens", "2000"],
-    "transformer": ["--arch", "transformer", "--layers", "3", "--d-model", "256", "--heads", "4",
-                    "--ff-size", "1024", "--dropout", "0.1", "--label-smoothing", "0.1", "--max-tokens", "3000",
-                    "--warmup-steps", "400", "--lr", "1e-3"],
+    "rnn-bahdanau": ["--preset", "rnn-bahdanau"],
+    "rnn-luong-general": ["--preset", "rnn-luong"],
+    "transformer": ["--preset", "transformer"],
 }
 
 # Training-speed batches as large as the peers' (RNN 128 sentences ~ 2,000 target tokens; Transformer

@@ -1,6 +1,6 @@
 """Compare trained systems on one test set and write a self-contained report directory.
 
-    python -m seq2seq.compare RUN_A RUN_B --source test.de --reference test.en --out report
+    seq2seq compare RUN_A RUN_B --source test.de --reference test.en --output report
 
 ``report/report.md`` (with ``report.json`` holding every number, ``plots/*.png|svg`` and
 ``hypotheses/*.txt``) has four parts:
@@ -44,7 +44,6 @@ import torch
 from . import __version__
 from .alignment import AlignmentRecord, alignment_error_rate, argmax_alignment, read_gold_alignments
 from .checkpoint import load_checkpoint
-from .cli import run_cli
 from .data.files import read_lines
 from .errors import UserError
 from .evaluation import corpus_scores
@@ -527,7 +526,7 @@ def build_report(systems: Sequence[System], sources: list[str], references: list
     hyp_files = write_hypotheses(names, decoded, root)
     log("significance", bootstrap=args.bootstrap, ar_trials=args.ar_trials, quiet=args.quiet)
     report: dict[str, Any] = {
-        "command": "python -m seq2seq.compare " + shlex.join(getattr(args, "argv", [])),
+        "command": "seq2seq compare " + shlex.join(getattr(args, "argv", [])),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "settings": report_settings(args, len(sources), systems[0].translator.device),
         "versions": versions(),
@@ -734,11 +733,11 @@ def render_markdown(report: dict[str, Any]) -> str:
 
 
 def check_out_dir(out: Path) -> None:
-    """--out may be new, empty, or an earlier report (replaced); anything else is refused."""
+    """--output may be new, empty, or an earlier report (replaced); anything else is refused."""
     if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file; give a directory for the report")
+        raise UserError(f"--output {out} is a file; give a directory for the report")
     if out.is_dir() and any(out.iterdir()) and not (out / "report.json").is_file():
-        raise UserError(f"--out {out} exists and is not a comparison report (no report.json); "
+        raise UserError(f"--output {out} exists and is not a comparison report (no report.json); "
                         "choose a new directory or empty it")
 
 
@@ -767,40 +766,6 @@ def staged_directory(out: Path) -> Iterator[Path]:
 # ----------------------------------------------------------------------------- CLI
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m seq2seq.compare", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", nargs="+", metavar="RUN_OR_CKPT",
-                        help="run directories (their best.pt) or .pt files; the first is the baseline")
-    parser.add_argument("--source", help="test source file, one sentence per line")
-    parser.add_argument("--reference", help="test reference file, parallel to --source")
-    parser.add_argument("--data-dir", help="instead of --source/--reference: DIR/SPLIT.SRC and DIR/SPLIT.TGT")
-    parser.add_argument("--src", help="source language suffix with --data-dir (e.g. de)")
-    parser.add_argument("--tgt", help="target language suffix with --data-dir (e.g. en)")
-    parser.add_argument("--split", default="test_2016_flickr", help="file stem with --data-dir (default: %(default)s)")
-    parser.add_argument("--out", required=True, help="report directory (new, or an earlier report to replace)")
-    parser.add_argument("--names", nargs="+", help="one display name per system (default: run directory names)")
-    parser.add_argument("--beam-size", type=int, default=5, help="beam for the scored translations (default: 5)")
-    parser.add_argument("--batch-size", type=int, default=None,
-                        help="sentences per decoding batch (default: 320 / beam size, as translate.py)")
-    choice = parser.add_mutually_exclusive_group()
-    choice.add_argument("--sentences", type=int, default=3,
-                        help="plot the N sentences whose chrF differs most between systems (default: 3)")
-    choice.add_argument("--sentence-ids", type=int, nargs="+", help="plot these sentences (0-based line numbers)")
-    parser.add_argument("--gold", help="gold word alignments (Pharaoh, src-tgt, 0-based, one line per pair): "
-                                       "report AER")
-    parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default: 1000)")
-    parser.add_argument("--ar-trials", type=int, default=10000,
-                        help="approximate randomization trials (default: 10000)")
-    parser.add_argument("--length-buckets", type=int, nargs="+", default=list(DEFAULT_BUCKETS), metavar="N",
-                        help="upper bounds of the source-length buckets in words (default: 10 15 20 30)")
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars or log lines")
-    args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
-    return args
-
-
 def check_args(args: argparse.Namespace) -> None:
     for flag, value in (("--beam-size", args.beam_size), ("--batch-size", args.batch_size),
                         ("--sentences", args.sentences), ("--bootstrap", args.bootstrap),
@@ -820,7 +785,7 @@ def compare(args: argparse.Namespace) -> Path:
     if args.sentence_ids is not None:
         args.sentence_ids = check_sentence_ids(args.sentence_ids, sources)
     gold = read_gold_alignments(args.gold, sources, references) if args.gold else None
-    out = Path(args.out)
+    out = Path(args.output)
     check_out_dir(out)
     checkpoints = [resolve_checkpoint(run) for run in args.runs]
     names = system_names(checkpoints, args.names)
@@ -833,11 +798,7 @@ def compare(args: argparse.Namespace) -> Path:
     return out
 
 
-@run_cli
-def main(argv: list[str] | None = None) -> int:
-    compare(parse_args(argv))
-    return 0
+if __name__ == "__main__":  # python -m seq2seq.compare: the same as `seq2seq compare`
+    from .cli.compare import main
 
-
-if __name__ == "__main__":
     sys.exit(main())

@@ -1,67 +1,84 @@
-"""Typed configuration: CLI flags / config file -> these dataclasses -> factories.
+"""Typed configuration, the presets and every default: the one place they live.
 
-Configuration flows one way. Unknown keys fail loudly (``from_dict``) so a typo in a config file
-never silently falls back to a default. The whole ``RunConfig`` is saved inside every checkpoint.
+Configuration flows one way: preset < config file < flags (or Python keyword arguments) -> these
+dataclasses -> ``resolved()`` -> factories. Every value is checked against its declared type and
+choices when it is read (pydantic validates the dataclasses; a YAML ``lr: 1e-3``, a string to
+YAML, becomes 0.001, ``lr: abc`` is an error naming the key, the value and the file). Unknown keys
+fail loudly, so a typo never silently falls back to a default. Fields whose default depends on the
+architecture are ``None`` until ``resolved()`` fills them from ``ARCH_DEFAULTS``; the CLI, the
+Python API (``seq2seq.train``) and the benchmarks all resolve the same way. The whole resolved
+config is saved in every checkpoint and as ``config.yaml`` in every run directory.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, Literal
+
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from .errors import UserError
 
 RNN_ATTENTIONS = ("bahdanau", "luong-dot", "luong-general", "luong-concat")
+STRICT = ConfigDict(extra="forbid")  # unknown keys are errors
+
+
+def option(default: Any, help: str, **kwargs: Any) -> Any:
+    """A config field with its help text (shown by ``--help``; the flag is generated from the name)."""
+    factory = kwargs.pop("default_factory", None)
+    metadata = {"help": help, **kwargs}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass
 class ModelConfig:
     """Architecture and size. ``vocab_size`` is filled in from the tokenizer."""
 
-    arch: str = "transformer"  # rnn | transformer
-    vocab_size: int = 0
-    dropout: float = 0.1
-    tie_embeddings: bool = True  # tie the target input embeddings and the output layer
-    # the source uses the target embedding table (joint vocabulary); None: the same as tie_embeddings
-    share_source_embeddings: bool | None = None
+    __pydantic_config__ = STRICT
+
+    arch: Literal["rnn", "transformer"] = option("transformer", "architecture")
+    vocab_size: int = option(0, "filled in from the tokenizer", derived=True)
+    dropout: float | None = option(None, "dropout probability")
+    tie_embeddings: bool = option(True, "tie the target embeddings and the output layer (W_out = E_tgt)")
+    share_source_embeddings: bool | None = option(
+        None, "source and target share one embedding table (joint vocabulary); unset: follows --tie-embeddings")
     # RNN
-    rnn_cell: str = "gru"  # gru | lstm
-    attention: str = "bahdanau"  # one of RNN_ATTENTIONS
-    embed_dim: int = 256
-    hidden_size: int = 256  # per direction in the encoder
-    decoder_hidden_size: int = 512
-    encoder_layers: int = 1
-    decoder_layers: int = 1
-    input_feeding: bool = True  # Luong only: feed the attentional state h~ into the next step
+    rnn_cell: Literal["gru", "lstm"] = option("gru", "RNN cell")
+    attention: Literal["bahdanau", "luong-dot", "luong-general", "luong-concat"] = option(
+        "bahdanau", "RNN attention: Bahdanau additive, or Luong global with dot / general / concat scores")
+    embed_dim: int = option(256, "RNN: embedding size")
+    hidden_size: int = option(256, "RNN: encoder hidden size per direction (bidirectional)")
+    decoder_hidden_size: int = option(512, "RNN: decoder hidden size")
+    encoder_layers: int = option(1, "RNN: encoder layers")
+    decoder_layers: int = option(1, "RNN: decoder layers")
+    input_feeding: bool = option(True, "RNN, Luong only: feed the attentional state into the next step")
     # Transformer
-    d_model: int = 256
-    heads: int = 4
-    ff_size: int = 1024
-    layers: int = 3  # encoder layers = decoder layers
-    norm_first: bool = True  # pre-norm (True) or post-norm (False)
-    positional: str = "sinusoidal"  # sinusoidal | learned
-    max_positions: int = 1024
+    d_model: int = option(256, "Transformer: model width")
+    heads: int = option(4, "Transformer: attention heads per layer")
+    ff_size: int = option(1024, "Transformer: feed-forward inner size")
+    layers: int = option(3, "Transformer: encoder layers = decoder layers")
+    norm_first: bool = option(True, "Transformer: pre-norm (else post-norm)")
+    positional: Literal["sinusoidal", "learned"] = option("sinusoidal", "Transformer: position encoding")
+    max_positions: int = option(1024, "Transformer, learned positions: longest sequence")
 
     @property
     def shares_source_embeddings(self) -> bool:
         """Whether the source embedding table is the target one (joint vocabulary)."""
         return self.tie_embeddings if self.share_source_embeddings is None else self.share_source_embeddings
 
+    def with_arch_defaults(self) -> "ModelConfig":
+        """A copy with the fields left None filled in for ``arch`` (``ARCH_DEFAULTS``)."""
+        return fill_arch_defaults(self, self.arch, "model")
+
     def validate(self) -> None:
-        if self.arch not in ("rnn", "transformer"):
-            raise UserError(f"--arch must be 'rnn' or 'transformer', got {self.arch!r}")
-        if self.arch == "rnn" and self.attention not in RNN_ATTENTIONS:
-            raise UserError(
-                f"--attention must be one of {', '.join(RNN_ATTENTIONS)}, got {self.attention!r}"
-            )
-        if self.rnn_cell not in ("gru", "lstm"):
-            raise UserError(f"--rnn-cell must be 'gru' or 'lstm', got {self.rnn_cell!r}")
-        if self.positional not in ("sinusoidal", "learned"):
-            raise UserError(f"--positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
+        """Checks across fields (types and choices were checked when the config was read)."""
         if self.arch == "transformer" and self.d_model % self.heads:
             raise UserError(f"--d-model ({self.d_model}) must be divisible by --heads ({self.heads})")
-        if not 0.0 <= self.dropout < 1.0:
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise UserError(f"--dropout must be in [0, 1), got {self.dropout}")
         sizes = ("embed_dim", "hidden_size", "decoder_hidden_size", "encoder_layers", "decoder_layers",
                  "d_model", "heads", "ff_size", "layers", "max_positions")
@@ -74,63 +91,112 @@ class ModelConfig:
 class DataConfig:
     """Where the corpus comes from and how it is cleaned, tokenized and batched."""
 
-    data_dir: str | None = None  # directory of {split}.{lang} files
-    dataset: str | None = None  # Hugging Face hub name, e.g. bentrevett/multi30k
-    dataset_config: str | None = None  # e.g. de-en for wmt14
-    train_file: str | None = None  # TSV or JSONL with src/tgt (overrides data_dir)
-    valid_file: str | None = None
-    test_file: str | None = None
-    src: str = "src"  # language code (file suffix / hub column)
-    tgt: str = "tgt"
-    train_split: str = "train"
-    valid_split: str = "val"
-    test_split: str = "test_2016_flickr"
-    max_len: int = 0  # drop pairs longer than this many whitespace words (0 = keep all)
-    max_len_ratio: float = 0.0  # drop pairs whose length ratio exceeds this (0 = keep all)
-    vocab_size: int = 8000
-    sp_model_type: str = "unigram"  # unigram | bpe
-    sp_input_sentence_size: int = 2_000_000  # sentences sampled to train SentencePiece
-    max_tokens: int = 4096  # batch budget, padding included (per side)
-    num_proc: int = 1
-    cache_dir: str = "data/cache"  # encoded corpora, reused across runs
-    toy_size: int = 0  # >0: train on the embedded toy corpus with this many training pairs
-    streaming: bool = False  # read, tokenize and batch the training split on the fly (corpora past RAM)
-    shuffle_buffer: int = 10_000  # streaming: pairs held in the shuffle buffer
-    stream_window: int = 100  # streaming: sort by length within windows of this many batches
+    __pydantic_config__ = STRICT
+
+    data_dir: str | None = option(None, "directory of {split}.{lang} text files (e.g. Multi30k)")
+    dataset: str | None = option(None, "Hugging Face hub dataset name, e.g. bentrevett/multi30k")
+    dataset_config: str | None = option(None, "hub dataset configuration, e.g. de-en for wmt14")
+    train_file: str | None = option(None, "TSV or JSONL file of training pairs (overrides --data-dir)")
+    valid_file: str | None = option(None, "TSV or JSONL file of validation pairs (with --train-file)")
+    test_file: str | None = option(None, "TSV or JSONL file of test pairs (with --train-file)")
+    src: str = option("src", "source language code (file suffix, hub column or JSONL key)")
+    tgt: str = option("tgt", "target language code")
+    train_split: str = option("train", "file stem / hub split of the training data")
+    valid_split: str = option("val", "file stem / hub split of the validation data")
+    test_split: str = option("test_2016_flickr", "file stem / hub split of the test data")
+    max_len: int = option(0, "training filter: drop pairs with a side longer than this many words (0 = keep all)")
+    max_len_ratio: float = option(0.0, "training filter: drop pairs whose word-length ratio exceeds this (0 = keep all)")
+    vocab_size: int = option(8000, "SentencePiece vocabulary size (joint source + target)")
+    sp_model_type: Literal["unigram", "bpe"] = option("unigram", "SentencePiece model type")
+    sp_input_sentence_size: int = option(2_000_000, "sentences sampled to train SentencePiece")
+    max_tokens: int | None = option(None, "tokens per batch, padding included (per side)")
+    num_proc: int = option(1, "processes for tokenizing the corpus")
+    cache_dir: str = option("data/cache", "where encoded corpora are kept and reused across runs")
+    toy_size: int = option(0, "train on the embedded English->German number-word corpus with this many pairs")
+    streaming: bool = option(False, "read, tokenize and batch the training split on the fly (corpora past RAM)")
+    shuffle_buffer: int = option(10_000, "streaming: pairs held in the shuffle buffer")
+    stream_window: int = option(100, "streaming: sort by length within windows of this many batches")
 
 
 @dataclass
 class TrainConfig:
     """Optimisation, schedule, evaluation and checkpointing."""
 
-    seed: int = 1
-    device: str = "auto"  # auto | cpu | cuda
-    precision: str = "fp32"  # fp32 | bf16 | fp16
-    optimizer: str = "adamw"  # adam | adamw
-    lr: float = 0.0  # 0 = architecture default
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.98)
-    schedule: str = "auto"  # auto | inverse-sqrt | plateau | constant
-    warmup_steps: int = 4000
-    plateau_patience: int = 2
-    plateau_factor: float = 0.5
-    label_smoothing: float = 0.1
-    clip_norm: float = 1.0
-    accumulate: int = 1
-    max_steps: int = 0  # 0 = unbounded
-    max_epochs: int = 0  # 0 = unbounded
-    max_minutes: float = 0.0  # wall-clock budget, 0 = unbounded
-    eval_every: int = 500
-    eval_beam_size: int = 1
-    eval_max_sentences: int = 0  # 0 = whole validation set
-    patience: int = 0  # early stopping: evaluations without BLEU improvement (0 = off)
-    log_every: int = 50
-    compile: bool = False
-    threads: int = 0  # 0 = torch default
+    __pydantic_config__ = STRICT
+
+    seed: int = option(1, "random seed (same seed and data = same run on CPU)")
+    device: Literal["auto", "cpu", "cuda"] = option("auto", "where to train")
+    precision: Literal["fp32", "bf16", "fp16"] = option("fp32", "autocast precision (fp16: CUDA only)")
+    optimizer: Literal["adam", "adamw"] = option("adamw", "optimizer")
+    lr: float = option(1e-3, "peak learning rate")
+    weight_decay: float = option(0.0, "AdamW weight decay")
+    betas: tuple[float, float] | None = option(None, "Adam betas B1 B2")
+    schedule: Literal["auto", "inverse-sqrt", "plateau", "constant"] | None = option(
+        None, "learning-rate schedule (auto: the architecture's)")
+    warmup_steps: int | None = option(None, "inverse-sqrt: steps of linear warmup")
+    plateau_patience: int = option(2, "plateau: evaluations without validation-loss improvement before decay")
+    plateau_factor: float = option(0.5, "plateau: learning-rate factor at each decay")
+    label_smoothing: float = option(0.1, "label smoothing epsilon")
+    clip_norm: float | None = option(None, "gradient norm clipping (0 = off)")
+    accumulate: int = option(1, "micro-batches per optimizer step (gradient accumulation)")
+    max_steps: int = option(0, "stop after this many optimizer steps (0 = no limit)")
+    max_epochs: int = option(0, "stop after this many epochs (0 = no limit)")
+    max_minutes: float = option(0.0, "wall-clock training budget in minutes (0 = no limit)")
+    eval_every: int = option(500, "validate (loss + BLEU) and checkpoint every N steps")
+    eval_beam_size: int = option(1, "beam size of validation BLEU (1 = greedy)")
+    eval_max_sentences: int = option(0, "validate on at most this many sentences (0 = all)")
+    patience: int = option(0, "early stopping: evaluations without BLEU improvement (0 = off)")
+    log_every: int = option(50, "log a training line every N steps")
+    compile: bool = option(False, "torch.compile the model (slow to start on CPU)")
+    threads: int = option(0, "CPU threads (0 = PyTorch's default)")
+
+
+# Defaults that depend on the architecture: a field left None takes the value for its --arch.
+ARCH_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
+    "rnn": {"model": {"dropout": 0.3},
+            "data": {"max_tokens": 2000},
+            "train": {"schedule": "plateau", "warmup_steps": 0, "clip_norm": 5.0, "betas": (0.9, 0.999)}},
+    "transformer": {"model": {"dropout": 0.1},
+                    "data": {"max_tokens": 3000},
+                    "train": {"schedule": "inverse-sqrt", "warmup_steps": 400, "clip_norm": 1.0,
+                              "betas": (0.9, 0.98)}},
+}
+
+# Named starting points (partial configs, the layer below a config file and flags). ``toy`` is what
+# `seq2seq train` with no corpus runs: the embedded number-word task, a small model, minutes on a CPU.
+PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    "toy": {
+        "model": {"embed_dim": 128, "hidden_size": 128, "decoder_hidden_size": 256, "d_model": 128,
+                  "ff_size": 512, "layers": 2, "heads": 4, "dropout": 0.1},
+        "data": {"toy_size": 20000, "src": "en", "tgt": "de", "vocab_size": 400, "max_tokens": 3000},
+        "train": {"max_minutes": 4.0, "eval_every": 400, "warmup_steps": 300, "eval_max_sentences": 300},
+    },
+    "rnn-bahdanau": {"model": {"arch": "rnn", "attention": "bahdanau"}},
+    "rnn-luong": {"model": {"arch": "rnn", "attention": "luong-general"}},
+    "transformer": {"model": {"arch": "transformer"}},
+}
+
+
+@dataclass
+class DecodeConfig:
+    """How ``seq2seq translate`` and ``Translator.translate`` search (the same defaults for both)."""
+
+    __pydantic_config__ = STRICT
+
+    beam_size: int = option(5, "beam size (1 = greedy)")
+    length_penalty: float = option(1.0, "GNMT length penalty alpha (0 = none)")
+    n_best: int = option(1, "hypotheses per input")
+    batch_size: int | None = option(None, "sentences decoded together (default: 320 / beam size)")
+    max_output_ratio: float = option(1.5, "outputs stop at this ratio x source subwords + 10")
+    max_input_tokens: int = option(250, "longer inputs are cut to this many subwords, with a warning")
 
 
 @dataclass
 class RunConfig:
+    """Everything a training run needs; ``resolved()`` is what actually runs."""
+
+    __pydantic_config__ = STRICT
+
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -141,30 +207,90 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], source: str = "config") -> "RunConfig":
-        return _build(cls, raw, source)
+        """Build from nested dicts, converting and checking every value; errors name ``source``."""
+        return validate(cls, raw, source)
+
+    @classmethod
+    def from_preset(cls, name: str, **sections: dict[str, Any]) -> "RunConfig":
+        """A preset with overrides per section, resolved: ``RunConfig.from_preset("rnn-luong",
+        data={"data_dir": "multi30k", "src": "de", "tgt": "en"})`` is ``seq2seq train --preset
+        rnn-luong --data-dir multi30k --src de --tgt en``."""
+        return cls.from_dict(merge_layers([preset(name), sections])).resolved()
+
+    def resolved(self) -> "RunConfig":
+        """A checked copy with every architecture-dependent default (None) filled in."""
+        cfg = RunConfig.from_dict(self.to_dict(), source="config")  # re-checks values set in Python
+        for section in SECTIONS:
+            setattr(cfg, section, fill_arch_defaults(getattr(cfg, section), cfg.model.arch, section))
+        cfg.model.validate()
+        return cfg
 
 
-def _build(cls: type, raw: dict[str, Any], where: str) -> Any:
-    """Build dataclass ``cls`` from a dict, recursing into nested dataclasses; unknown keys fail."""
-    if not isinstance(raw, dict):
-        raise UserError(f"{where}: expected a mapping, got {type(raw).__name__}")
-    hints = get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(raw) - names)
-    if unknown:
-        raise UserError(
-            f"{where}: unknown key(s) {', '.join(unknown)}; valid keys are: {', '.join(sorted(names))}"
-        )
-    kwargs = {}
-    for name, value in raw.items():
-        hint = hints[name]
-        if dataclasses.is_dataclass(hint):
-            kwargs[name] = _build(hint, value, f"{where}.{name}")
-        elif name == "betas" and isinstance(value, list):
-            kwargs[name] = tuple(value)
-        else:
-            kwargs[name] = value
-    return cls(**kwargs)
+def fill_arch_defaults(section: Any, arch: str, name: str) -> Any:
+    """A copy of config section ``name`` with its None fields set from ``ARCH_DEFAULTS[arch]``."""
+    missing = {key: copy.copy(value) for key, value in ARCH_DEFAULTS[arch].get(name, {}).items()
+               if getattr(section, key) is None}
+    return dataclasses.replace(section, **missing)
+
+
+def preset(name: str) -> dict[str, dict[str, Any]]:
+    """The partial config of a preset (a deep copy)."""
+    if name not in PRESETS:
+        raise UserError(f"--preset {name!r}: unknown; choose one of {', '.join(PRESETS)}")
+    return copy.deepcopy(PRESETS[name])
+
+
+def merge_layers(layers: list[dict[str, Any]]) -> dict[str, Any]:
+    """Later layers override earlier ones, section by section (``model``, ``data``, ``train``)."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if isinstance(value, dict) and isinstance(merged.get(key), dict):
+                merged[key] = {**merged[key], **value}
+            else:
+                merged[key] = copy.deepcopy(value)
+    return merged
+
+
+_ADAPTERS: dict[type, TypeAdapter] = {}
+
+
+def validate(cls: type, raw: Any, source: str) -> Any:
+    """``raw`` (nested dicts from a file, flags or a checkpoint) as dataclass ``cls``; a bad value is
+    a UserError naming the source, the key, the value and what was expected."""
+    adapter = _ADAPTERS.setdefault(cls, TypeAdapter(cls))
+    try:
+        return adapter.validate_python(raw)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            key = ".".join(str(part) for part in error["loc"] if not isinstance(part, int))
+            if error["type"] == "unexpected_keyword_argument":
+                problems.append(f"unknown key {key}; {_valid_keys(cls, error['loc'][:-1])}")
+            else:
+                problems.append(f"{key}: {error['msg'].rstrip('.')} (got {error['input']!r})")
+        raise UserError(f"{source}: " + "; ".join(problems)) from None
+
+
+def _valid_keys(cls: type, path: tuple) -> str:
+    for part in path:
+        cls = {f.name: f.type for f in dataclasses.fields(cls)}.get(part, cls)
+        cls = SECTIONS.get(part, cls) if isinstance(cls, str) else cls
+    names = [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else []
+    return f"valid keys are: {', '.join(names)}" if names else "see --help"
+
+
+SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+
+
+def config_to_yaml(cfg: RunConfig, header: str = "") -> str:
+    """The config as YAML that ``--config`` reads back to an equal config."""
+    import yaml
+
+    data = cfg.to_dict()
+    data["train"]["betas"] = list(data["train"]["betas"]) if data["train"]["betas"] is not None else None
+    text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    return (header.rstrip("\n") + "\n" if header else "") + text
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
@@ -177,11 +303,17 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         if path.suffix == ".toml":
             import tomllib
 
-            return tomllib.loads(text)
-        if path.suffix in (".yaml", ".yml"):
+            data = tomllib.loads(text)
+        elif path.suffix in (".yaml", ".yml"):
             import yaml
 
-            return yaml.safe_load(text) or {}
+            data = yaml.safe_load(text) or {}
+        else:
+            raise UserError(f"--config {path}: use a .yaml, .yml or .toml file")
+    except UserError:
+        raise
     except Exception as exc:  # parse errors from yaml/tomllib
         raise UserError(f"--config {path}: cannot parse: {exc}") from None
-    raise UserError(f"--config {path}: use a .yaml, .yml or .toml file")
+    if not isinstance(data, dict):
+        raise UserError(f"--config {path}: expected a mapping with model / data / train sections")
+    return data

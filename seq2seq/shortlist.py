@@ -171,7 +171,7 @@ class Shortlist:
         path = Path(path)
         if not path.is_file():
             raise UserError(f"shortlist {path}: no such file; build it with "
-                            f"`python -m seq2seq.shortlist --checkpoint RUN --src TRAIN.src --tgt TRAIN.tgt`")
+                            f"`seq2seq shortlist --checkpoint RUN --source TRAIN.src --target TRAIN.tgt`")
         try:
             with np.load(path, allow_pickle=False) as data:
                 shortlist = cls(data["translations"], data["frequent"], str(data["tokenizer"]),
@@ -180,7 +180,7 @@ class Shortlist:
             raise UserError(f"shortlist {path}: not a seq2seq shortlist ({type(exc).__name__}: {exc})") from None
         if tokenizer is not None and shortlist.tokenizer != tokenizer:
             raise UserError(f"shortlist {path} was built for another SentencePiece model than this "
-                            "checkpoint's; rebuild it with `python -m seq2seq.shortlist`")
+                            "checkpoint's; rebuild it with `seq2seq shortlist`")
         return shortlist
 
 
@@ -208,41 +208,7 @@ def build_from_text(tokenizer, src_lines: Sequence[str], tgt_lines: Sequence[str
     return Shortlist.build(src, tgt, tokenizer.vocab_size, tokenizer.sha256())
 
 
-def main(argv: list[str] | None = None) -> int:
-    """python -m seq2seq.shortlist --checkpoint RUN --src train.de --tgt train.en"""
-    import argparse
+if __name__ == "__main__":  # python -m seq2seq.shortlist: the same as `seq2seq shortlist`
+    from .cli.shortlist import main
 
-    from .checkpoint import load_checkpoint, tensor_to_bytes
-    from .tokenizer import Tokenizer
-    from .translator import read_lines
-
-    parser = argparse.ArgumentParser(prog="python -m seq2seq.shortlist", description=(
-        "Build a run's lexical shortlist (IBM Model 1 on parallel text) for translate.py --shortlist. "
-        "train.py writes one into every run directory; this builds it for other runs or other text."))
-    parser.add_argument("--checkpoint", required=True, help="a .pt checkpoint or a run directory")
-    parser.add_argument("--src", required=True, help="training source text, one sentence per line")
-    parser.add_argument("--tgt", required=True, help="training target text, line-aligned with --src")
-    parser.add_argument("--output", help=f"where to write (default: {FILE_NAME} next to the checkpoint)")
-    parser.add_argument("--max-pairs", type=int, default=100_000,
-                        help="use at most this many pairs, spread over the files (default: 100000)")
-    args = parser.parse_args(argv)
-    if args.max_pairs < 1:
-        raise UserError(f"--max-pairs must be positive, got {args.max_pairs}")
-    checkpoint = Path(args.checkpoint)
-    tokenizer = Tokenizer.from_bytes(tensor_to_bytes(load_checkpoint(checkpoint)["tokenizer"]))
-    src_lines, tgt_lines = list(read_lines(args.src)), list(read_lines(args.tgt))
-    if len(src_lines) != len(tgt_lines):
-        raise UserError(f"--src {args.src} has {len(src_lines)} lines but --tgt {args.tgt} has "
-                        f"{len(tgt_lines)}; the files must be line-aligned")
-    if not src_lines:
-        raise UserError(f"--src {args.src} is empty")
-    output = Path(args.output) if args.output else (checkpoint if checkpoint.is_dir() else checkpoint.parent) / FILE_NAME
-    build_from_text(tokenizer, src_lines, tgt_lines, args.max_pairs).save(output)
-    print(f"shortlist: {output} ({min(len(src_lines), args.max_pairs)} pairs)", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    from .cli import run_cli
-
-    sys.exit(run_cli(main)())
+    sys.exit(main())

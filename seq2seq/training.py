@@ -88,12 +88,13 @@ class TrainResult:
 
 
 def default_lr(cfg: RunConfig) -> float:
-    """Peak learning rate: ``--lr``, or 1e-3 (the CLI's architecture defaults set it explicitly)."""
+    """Peak learning rate: ``--lr`` (checkpoints written before it had a default stored 0 = 1e-3)."""
     return cfg.train.lr if cfg.train.lr > 0 else 1e-3
 
 
 def schedule_kind(cfg: RunConfig) -> str:
-    if cfg.train.schedule != "auto":
+    """The resolved schedule; 'auto' (older checkpoints) means the architecture's."""
+    if cfg.train.schedule not in (None, "auto"):
         return cfg.train.schedule
     return "inverse-sqrt" if cfg.model.arch == "transformer" else "plateau"
 
@@ -417,6 +418,7 @@ def train(cfg: RunConfig, resume: bool = False, quiet: bool = False, final_test:
     Under ``torchrun`` every process calls this: it joins the process group, trains its shard and
     leaves; rank 0 prepares the corpus first, the others then load it (see ``seq2seq.distributed``).
     """
+    cfg = cfg.resolved()  # the architecture's defaults, as `seq2seq train` fills them in
     with distributed.process_group(resolve_device(cfg.train.device)):
         return _train(cfg, resume, quiet, final_test)
 
@@ -441,6 +443,7 @@ def _train(cfg: RunConfig, resume: bool, quiet: bool, final_test: bool) -> Train
     corpus = prepare_run_corpus(cfg, out, quiet=quiet)
     cfg.model.vocab_size = corpus.tokenizer.vocab_size
     if distributed.is_main():
+        write_config(cfg, out)
         _write_shortlist(corpus, out, quiet)
     trainer = Trainer(cfg, corpus, quiet=quiet)
     if resume:
@@ -462,6 +465,15 @@ def _train(cfg: RunConfig, resume: bool, quiet: bool, final_test: bool) -> Train
     return result
 
 
+def write_config(cfg: RunConfig, out: Path) -> None:
+    """``RUN/config.yaml``: the effective config, which ``seq2seq train --config`` reads back to an equal one."""
+    from .config import config_to_yaml
+    from .io_utils import atomic_output
+
+    with atomic_output(out / "config.yaml") as handle:
+        handle.write(config_to_yaml(cfg, header=f"# seq2seq train --config {out / 'config.yaml'} reproduces this run's config"))
+
+
 def _write_shortlist(corpus, out: Path, quiet: bool) -> None:
     """The run's lexical shortlist for ``translate.py --shortlist`` (IBM Model 1 on the training
     split, at most 100k pairs; ~10 s for Multi30k), unless a resumed run already has one."""
@@ -474,7 +486,7 @@ def _write_shortlist(corpus, out: Path, quiet: bool) -> None:
     except UserError:  # unreadable: write it again
         pass
     if isinstance(corpus, StreamingCorpus):
-        log("shortlist", quiet=quiet, skipped="--streaming", build_with="python -m seq2seq.shortlist")
+        log("shortlist", quiet=quiet, skipped="--streaming", build_with="seq2seq shortlist")
         return
     start = time.perf_counter()
     try:

@@ -7,7 +7,7 @@ after each chunk and always come out in input order, one line per input line.
 With --alignments / --plot-dir every sentence's attention (and, with --attribution, gradient x
 input / integrated gradients / occlusion matrices of the chosen output) is exported as one JSONL
 record (+ npz arrays) and plotted; see seq2seq/alignment.py for the schema. The aggregate matrix
-defaults to the penultimate decoder layer averaged over heads (--layer -2 --heads mean): Garg et
+defaults to the penultimate decoder layer averaged over heads (--align-layer -2 --align-heads mean): Garg et
 al. (2019) found that layer's attention aligns best; RNNs have one layer and use it. EOS is
 dropped from matrices and links unless --include-eos.
 """
@@ -49,7 +49,7 @@ def translate_stream(args: argparse.Namespace) -> int:
         for chunk in chunks(read_lines(args.input), chunk_size):
             results = translator.translate(
                 chunk, beam_size=args.beam_size, length_penalty=args.length_penalty, n_best=args.n_best,
-                batch_size=batch_size, max_len_ratio=args.max_len_ratio, need_attention=need_attention,
+                batch_size=batch_size, max_output_ratio=args.max_output_ratio, need_attention=need_attention,
                 first_line=done + 1,
             )
             _write_results(out, results, done, args.n_best)
@@ -66,8 +66,6 @@ def translate_stream(args: argparse.Namespace) -> int:
 def _check_alignment_flags(args: argparse.Namespace, need_attention: bool) -> None:
     if args.attribution and not need_attention:
         raise UserError("--attribution needs --alignments FILE and/or --plot-dir DIR to write its matrices to")
-    if args.align_method == "threshold" and not 0.0 < args.align_threshold <= 1.0:
-        raise UserError(f"--align-threshold must be in (0, 1] (a share of a row), got {args.align_threshold}")
     from .attribution import GRADIENT_METHODS
 
     gradients = [method for method in GRADIENT_METHODS if method in (args.attribution or [])]
@@ -104,7 +102,7 @@ class _alignment_sink:
         from .alignment import AlignmentWriter
 
         self.args, self.translator = args, translator
-        self.layer, self.heads = check_layer_heads(args.layer, args.heads, translator.model)
+        self.layer, self.heads = check_layer_heads(args.align_layer, args.align_heads, translator.model)
         self.options = dict(include_eos=args.include_eos, method=args.align_method,
                             threshold=args.align_threshold)
         self.methods = list(dict.fromkeys(args.attribution or []))
@@ -177,18 +175,18 @@ class _alignment_sink:
 
 
 def check_layer_heads(layer: str, heads: str, model) -> tuple[int | str, str | list[int]]:
-    """Parse --layer / --heads and check them against the model before anything is translated."""
+    """Parse --align-layer / --align-heads and check them against the model before anything is translated."""
     from .alignment import _head_indices, resolve_layer
 
     parsed_layer, parsed_heads = parse_layer(layer), parse_heads(heads)
     try:
         resolve_layer(parsed_layer, model.attention_layers)
     except UserError as exc:
-        raise UserError(f"--layer {layer}: {exc}") from None
+        raise UserError(f"--align-layer {layer}: {exc}") from None
     try:
         _head_indices(parsed_heads, model.attention_heads)
     except UserError as exc:
-        raise UserError(f"--heads {heads}: {exc}") from None
+        raise UserError(f"--align-heads {heads}: {exc}") from None
     return parsed_layer, parsed_heads
 
 
@@ -198,7 +196,7 @@ def parse_layer(value: str) -> int | str:
     try:
         return int(value)
     except ValueError:
-        raise UserError(f"--layer must be an integer layer index or 'all', got {value!r}") from None
+        raise UserError(f"--align-layer must be an integer layer index or 'all', got {value!r}") from None
 
 
 def parse_heads(value: str) -> str | list[int]:
@@ -207,4 +205,4 @@ def parse_heads(value: str) -> str | list[int]:
     try:
         return [int(h) for h in value.split(",")]
     except ValueError:
-        raise UserError(f"--heads must be 'mean' or comma-separated integers like 0,2, got {value!r}") from None
+        raise UserError(f"--align-heads must be 'mean' or comma-separated integers like 0,2, got {value!r}") from None

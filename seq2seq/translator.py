@@ -2,7 +2,7 @@
 
     from seq2seq import Translator
     translator = Translator.from_checkpoint("checkpoints/run/best.pt")
-    for t in translator.translate(["Ein Hund läuft."], beam_size=5):
+    for t in translator.translate(["Ein Hund läuft."]):   # beam 5, as seq2seq translate
         print(t.text, t.score, t.attention.shape)   # (layers, heads, tgt_len + 1, src_len + 1)
 
 Inputs are encoded with the run's SentencePiece model, sorted by length into batches, decoded by
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from .checkpoint import load_checkpoint, tensor_to_bytes
-from .config import RunConfig
+from .config import DecodeConfig, RunConfig
 from .errors import UserError
 from .models import build_model
 from .models.base import EncoderDecoder
@@ -93,7 +93,7 @@ class Translator:
     the target tokens its sources can produce (``seq2seq.shortlist``), not the whole vocabulary."""
 
     def __init__(self, model: EncoderDecoder, tokenizer: Tokenizer, device: torch.device | str = "cpu",
-                 max_input_tokens: int = 250, shortlist: Shortlist | None = None) -> None:
+                 max_input_tokens: int = DecodeConfig.max_input_tokens, shortlist: Shortlist | None = None) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.device = torch.device(device)
@@ -101,7 +101,8 @@ class Translator:
         self.shortlist = shortlist
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, device: str = "auto", max_input_tokens: int = 250,
+    def from_checkpoint(cls, path: str | Path, device: str = "auto",
+                        max_input_tokens: int = DecodeConfig.max_input_tokens,
                         precision: str = "fp32", shortlist: str | Path | None = None) -> "Translator":
         """``precision`` fp16 / bf16 stores the weights and runs decoding in half precision: it
         halves the bytes every step reads, which is what bounds one-sentence-at-a-time decoding on
@@ -153,7 +154,7 @@ class Translator:
             shortlist = Shortlist.load(shortlist, tokenizer.sha256())
             if shortlist.vocab_size != config.model.vocab_size:
                 raise UserError(f"shortlist covers {shortlist.vocab_size} tokens, checkpoint {path} has "
-                                f"{config.model.vocab_size}; rebuild it with `python -m seq2seq.shortlist`")
+                                f"{config.model.vocab_size}; rebuild it with `seq2seq shortlist`")
         if precision == "int8":
             from .quantize import quantize_for_decoding
 
@@ -163,18 +164,22 @@ class Translator:
     def translate(
         self,
         sentences: Sequence[str],
-        beam_size: int = 1,
-        length_penalty: float = 1.0,
-        n_best: int = 1,
-        batch_size: int | None = None,
-        max_len_ratio: float = 1.5,
+        beam_size: int = DecodeConfig.beam_size,
+        length_penalty: float = DecodeConfig.length_penalty,
+        n_best: int = DecodeConfig.n_best,
+        batch_size: int | None = DecodeConfig.batch_size,
+        max_output_ratio: float = DecodeConfig.max_output_ratio,
         need_attention: bool = True,
         progress: bool = False,
         first_line: int = 1,
     ) -> list[Translation]:
-        """Translate ``sentences`` (one string each); the result is in input order. ``batch_size``
+        """Translate ``sentences`` (a list of strings, one sentence each); the result is in input
+        order. The defaults are ``seq2seq translate``'s (``DecodeConfig``: beam 5). ``batch_size``
         sentences are decoded together (default: ``default_batch_size(beam_size)``); ``first_line``
         numbers the first sentence in warnings (for streamed input)."""
+        if isinstance(sentences, (str, bytes)):
+            raise UserError("Translator.translate takes a list of sentences, got one string; "
+                            "use translate([text]) (a string would be read as one sentence per character)")
         if beam_size < 1 or n_best < 1 or n_best > beam_size:
             raise UserError(f"need 1 <= --n-best ({n_best}) <= --beam-size ({beam_size})")
         if batch_size is None:
@@ -197,7 +202,7 @@ class Translator:
             vocabulary = None if self.shortlist is None else self.shortlist.vocabulary(src, src_mask)
             hypotheses = translate_batch(
                 self.model, src, src_mask, beam_size=beam_size, length_penalty=length_penalty,
-                n_best=n_best, max_len_ratio=max_len_ratio, need_attention=need_attention,
+                n_best=n_best, max_len_ratio=max_output_ratio, need_attention=need_attention,
                 vocabulary=vocabulary,
             )
             for i, hyps in zip(batch, hypotheses):

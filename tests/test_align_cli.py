@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from seq2seq import align, bench_faithfulness
+from seq2seq import bench_faithfulness
+from seq2seq.cli import align
 from seq2seq.alignment import alignment_error_rate, merge_to_words, parse_pharaoh, read_pharaoh_file
 from seq2seq.config import ModelConfig, RunConfig
 from seq2seq.models import build_model
@@ -54,7 +55,7 @@ def test_exported_attention_rows_sum_to_one(tiny_tokenizer, arch, beam):
                else dict(d_model=32, heads=2, ff_size=64, layers=2))
     model = build_model(ModelConfig(arch=arch, vocab_size=tiny_tokenizer.vocab_size, dropout=0.0, **options))
     translator = Translator(model, tiny_tokenizer)
-    results = translator.translate(SOURCES, beam_size=beam, n_best=beam, max_len_ratio=1.0)
+    results = translator.translate(SOURCES, beam_size=beam, n_best=beam, max_output_ratio=1.0)
     for index, t in enumerate(results):
         for hyp in t.alternatives if t.attention is not None else []:
             assert hyp.attention.shape[-2:] == (len(hyp.tgt_pieces), len(hyp.src_pieces))
@@ -119,13 +120,13 @@ def test_translate_eos_threshold_and_bad_layer(checkpoint, tmp_path, capsys):
     out = tmp_path / "a.jsonl"
     assert translate_main(["--checkpoint", str(checkpoint), "--input", str(src), "--output", str(tmp_path / "hyp"),
                            "--alignments", str(out), "--include-eos", "--align-method", "threshold",
-                           "--align-threshold", "0.2", "--layer", "1", "--heads", "0", "--quiet"]) == 0
+                           "--align-threshold", "0.2", "--align-layer", "1", "--align-heads", "0", "--quiet"]) == 0
     rec = json.loads(out.read_text(encoding="utf-8"))
     assert rec["src_words"][-1] == "</s>" and rec["method"] == "threshold" and rec["threshold"] == 0.2
     assert rec["layer_used"] == 1 and rec["heads"] == [0]
     assert translate_main(["--checkpoint", str(checkpoint), "--input", str(src), "--alignments",
-                           str(tmp_path / "b.jsonl"), "--layer", "5"]) == 2
-    assert "--layer 5" in capsys.readouterr().err and not (tmp_path / "b.jsonl").exists()
+                           str(tmp_path / "b.jsonl"), "--align-layer", "5"]) == 2
+    assert "--align-layer 5" in capsys.readouterr().err and not (tmp_path / "b.jsonl").exists()
 
 
 @pytest.fixture()

@@ -85,8 +85,8 @@ def test_shortlist_written_by_training_used_by_translate_and_rebuilt_by_its_cli(
     src.write_text(lines, encoding="utf-8")
     tgt.write_text("einundzwanzig\nsieben\ndreihundertfünf\n", encoding="utf-8")
     built = tmp_path / "other.npz"
-    proc = subprocess.run([sys.executable, "-m", "seq2seq.shortlist", "--checkpoint", str(checkpoint),
-                           "--src", str(src), "--tgt", str(tgt), "--output", str(built)],
+    proc = subprocess.run([sys.executable, "-m", "seq2seq", "shortlist", "--checkpoint", str(checkpoint),
+                           "--source", str(src), "--target", str(tgt), "--output", str(built)],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0 and built.is_file(), proc.stderr
     proc = run("translate.py", "--checkpoint", str(checkpoint), "--shortlist", str(built),
@@ -95,6 +95,7 @@ def test_shortlist_written_by_training_used_by_translate_and_rebuilt_by_its_cli(
     tgt.write_text("einundzwanzig\n", encoding="utf-8")
     proc = subprocess.run([sys.executable, "-m", "seq2seq.shortlist", "--checkpoint", str(checkpoint),
                            "--src", str(src), "--tgt", str(tgt)], capture_output=True, text=True, cwd=ROOT)
+    assert "--src is deprecated" in proc.stderr  # the old module entry point and flag names still work
     assert proc.returncode == 2 and "line-aligned" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -117,11 +118,22 @@ def test_translate_errors_are_one_line_without_traceback(checkpoint, tmp_path, a
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+def test_run_config_yaml_reproduces_the_runs_config(checkpoint):
+    from seq2seq.checkpoint import load_checkpoint
+    from seq2seq.cli import config_from_flags
+    from seq2seq.config import RunConfig
+
+    saved = RunConfig.from_dict(load_checkpoint(checkpoint)["config"])
+    assert config_from_flags(["--config", str(checkpoint.parent / "config.yaml")]) == saved
+    assert saved.data.toy_size == 300 and saved.model.d_model == 32 and saved.train.warmup_steps == 300  # toy preset
+
+
 def test_written_files_are_readable_as_the_umask_allows(checkpoint, tmp_path):
     """Every file a run and translate.py write gets what open(path, "w") would give (umask 022 ->
     0644, 027 -> 0640), not mkstemp's private 0600."""
     run_dir = checkpoint.parent  # the fixture trained under umask 022
-    for name in ("best.pt", "last.pt", "spm.model", "spm.json", "summary.json", "shortlist.npz", "test.hyp"):
+    for name in ("best.pt", "last.pt", "config.yaml", "spm.model", "spm.json", "summary.json", "shortlist.npz",
+                 "test.hyp"):
         assert stat.S_IMODE((run_dir / name).stat().st_mode) == 0o644, name
     out = tmp_path / "out.txt"
     proc = run("translate.py", "--checkpoint", str(checkpoint), "--beam-size", "1", "--output", str(out),

@@ -9,13 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from seq2seq.cli.compare import main, parse_args
 from seq2seq.compare import (
     check_sentence_ids,
     compare,
     forced_attention,
     length_buckets,
-    main,
-    parse_args,
     pick_sentences,
     significance,
     input_files,
@@ -68,7 +67,7 @@ def test_set(tmp_path_factory) -> dict[str, Path]:
 
 def compare_args(runs: list[Path], test_set: dict[str, Path], out: Path, *extra: str) -> list[str]:
     return [*map(str, runs), "--source", str(test_set["source"]), "--reference", str(test_set["reference"]),
-            "--out", str(out), "--beam-size", "2", "--device", "cpu", "--quiet", *SAMPLES, *extra]
+            "--output", str(out), "--beam-size", "2", "--device", "cpu", "--quiet", *SAMPLES, *extra]
 
 
 @pytest.fixture(scope="module")
@@ -279,10 +278,10 @@ def test_bad_inputs_are_user_errors(runs, test_set, tmp_path, capsys):
 
 
 def test_data_dir_shortcut_names_the_split_files(tmp_path):
-    args = parse_args(["run", "--data-dir", str(tmp_path), "--src", "de", "--tgt", "en", "--out", "r"])
+    args = parse_args(["run", "--data-dir", str(tmp_path), "--src", "de", "--tgt", "en", "--output", "r"])
     assert input_files(args) == (tmp_path / "test_2016_flickr.de", tmp_path / "test_2016_flickr.en")
-    args = parse_args(["run", "--data-dir", str(tmp_path), "--src", "de", "--source", "x", "--out", "r"])
+    args = parse_args(["run", "--data-dir", str(tmp_path), "--src", "de", "--source", "x", "--output", "r"])
     with pytest.raises(UserError, match="not both"):
         input_files(args)
     with pytest.raises(UserError, match="give --source and --reference"):
-        input_files(parse_args(["run", "--source", "x", "--out", "r"]))
+        input_files(parse_args(["run", "--source", "x", "--output", "r"]))

@@ -39,7 +39,6 @@ def torchrun(*args: str, nproc: int = 2) -> subprocess.CompletedProcess:
 def config_from_flags(flags: list[str]):
     parser = argparse.ArgumentParser()
     parser.add_argument("--output-dir")
-    parser.add_argument("--config")
     parser.add_argument("--no-final-test", action="store_true")
     parser.add_argument("--quiet", action="store_true")
     add_config_flags(parser)
@@ -53,7 +52,7 @@ def test_two_processes_match_one_accumulating_process_and_resume_exactly(tmp_pat
     resumed = torchrun(*common, "--max-steps", "12", "--resume")  # continues into epoch 1
     assert resumed.stdout.count("run:") == 1 and resumed.stderr.count("stop reason=max_steps") == 1
     assert sorted(p.name for p in run.iterdir()) == [
-        "best.pt", "last.pt", "metrics.jsonl", "shortlist.npz", "spm.json", "spm.model", "summary.json"]
+        "best.pt", "config.yaml", "last.pt", "metrics.jsonl", "shortlist.npz", "spm.json", "spm.model", "summary.json"]
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train_steps = [r["step"] for r in records if r["kind"] == "train"]
     assert train_steps == list(range(1, 13))  # one writer: every step logged once

@@ -7,7 +7,8 @@ import torch
 
 from seq2seq.errors import UserError
 from seq2seq.search import OutputVocabulary, beam_search, greedy_search
-from seq2seq.shortlist import Shortlist, ibm1_table, main as shortlist_main
+from seq2seq.cli.shortlist import main as shortlist_main
+from seq2seq.shortlist import Shortlist, ibm1_table
 from test_models import BOS, EOS, PAD, VOCAB, make_model, reverse_batch, train
 
 V = 40  # token ids 4..39 are ordinary
@@ -65,7 +66,7 @@ def test_save_load_round_trip_and_errors(tmp_path):
     assert (back.translations_per_token, back.frequent_tokens) == (2, 3)
     with pytest.raises(UserError, match="another SentencePiece model"):
         Shortlist.load(path, tokenizer="xyz")
-    with pytest.raises(UserError, match="no such file.*seq2seq.shortlist"):
+    with pytest.raises(UserError, match="no such file.*seq2seq shortlist"):
         Shortlist.load(tmp_path / "absent.npz")
     (tmp_path / "bad.npz").write_bytes(b"not a zip file")
     with pytest.raises(UserError, match="bad.npz"):
@@ -130,8 +131,8 @@ def test_cli_errors_name_the_files(tmp_path, capsys):
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
     a.write_text("x\ny\n", encoding="utf-8")
     b.write_text("x\n", encoding="utf-8")
-    with pytest.raises(UserError, match="no such file"):
-        shortlist_main(["--checkpoint", str(tmp_path / "none.pt"), "--src", str(a), "--tgt", str(b)])
+    assert shortlist_main(["--checkpoint", str(tmp_path / "none.pt"), "--source", str(a), "--target", str(b)]) == 2
+    assert "no such file" in capsys.readouterr().err
 
 
 def test_training_never_fails_because_of_the_shortlist(tmp_path, monkeypatch, capsys):

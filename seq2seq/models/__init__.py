@@ -9,7 +9,8 @@ __all__ = ["EncoderDecoder", "build_model", "select_batch"]
 
 
 def build_model(cfg: ModelConfig) -> EncoderDecoder:
-    """Validate ``cfg`` and build the initialised model it describes."""
+    """Validate ``cfg`` and build the initialised model it describes (architecture defaults filled in)."""
+    cfg = cfg.with_arch_defaults()
     cfg.validate()
     if cfg.vocab_size < 4:
         raise UserError(f"model vocab_size must be >= 4 (pad, unk, bos, eos), got {cfg.vocab_size}; "

@@ -1,0 +1,45 @@
+"""``seq2seq align``: alignment quality of a model's attention against gold links (precision,
+recall, AER), forward and, with a target->source model, symmetrized.
+
+    seq2seq align --checkpoint RUN/best.pt --source test.de --target test.en --gold test.talp \\
+        [--backward-checkpoint RUN_EN_DE/best.pt] [--output links.txt]
+
+See ``seq2seq/align.py`` for how the target is force-decoded and links are read.
+"""
+from __future__ import annotations
+
+from ..errors import UserError
+from .common import DeprecatedAlias, add_alignment_flags, add_device_flag, check_alignment_flags, parser_for, run_cli
+
+
+def parse_args(argv: list[str] | None):
+    p = parser_for("align", __doc__)
+    p.add_argument("--checkpoint", required=True, help="source->target checkpoint (.pt or run directory)")
+    p.add_argument("--source", required=True, help="source sentences, one per line, tokenized like the gold")
+    p.add_argument("--target", required=True, help="target (reference) sentences, one per line")
+    p.add_argument("--gold", required=True, help="gold Pharaoh alignments (0-based i-j sure, i?j possible)")
+    p.add_argument("--backward-checkpoint", help="target->source checkpoint for symmetrized links")
+    p.add_argument("--symmetrize", choices=("forward", "backward", "intersection", "grow-diag-final"),
+                   help="which links --output gets (default: intersection with a backward model, else forward)")
+    add_alignment_flags(p)
+    p.add_argument("--method", dest="align_method", choices=("argmax", "threshold"), action=DeprecatedAlias,
+                   new="--align-method")
+    p.add_argument("--threshold", dest="align_threshold", type=float, action=DeprecatedAlias,
+                   new="--align-threshold")
+    p.add_argument("--output", help="write the chosen links here as Pharaoh lines (atomically)")
+    p.add_argument("--json", action="store_true", help="also print the scores as one JSON line")
+    p.add_argument("--batch-size", type=int, default=32, help="sentence pairs per forward pass (default: 32)")
+    add_device_flag(p)
+    args = p.parse_args(argv)
+    check_alignment_flags(args)
+    if args.batch_size < 1:
+        raise UserError(f"--batch-size must be positive, got {args.batch_size}")
+    return args
+
+
+@run_cli
+def main(argv: list[str] | None = None) -> int:
+    from ..align import evaluate
+
+    evaluate(parse_args(argv))
+    return 0

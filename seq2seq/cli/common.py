@@ -1,0 +1,215 @@
+"""What every subcommand shares: the no-traceback error path, flags generated from the config
+dataclasses, deprecated flag aliases and the flag groups used by more than one command.
+
+Flags come from the typed config (``seq2seq.config``): every field of ``ModelConfig``,
+``DataConfig`` and ``TrainConfig`` is a ``seq2seq train`` flag (``max_tokens`` -> ``--max-tokens``;
+booleans get ``--x`` / ``--no-x``; ``Literal`` types give ``choices``), with the field's help text
+and the default that will actually run. Precedence: preset < ``--config FILE`` < flags.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import typing
+from typing import Any, Callable, Literal, get_type_hints
+
+from ..config import (ARCH_DEFAULTS, PRESETS, SECTIONS, DecodeConfig, RunConfig, load_config_file, merge_layers,
+                      preset)
+from ..errors import UserError
+
+VOCABULARY = """\
+One vocabulary of flags across subcommands: --src/--tgt are language codes, --source/--target/
+--reference/--input are files, --heads/--layers are model sizes while --align-heads/--align-layer
+choose attention to read, --max-len-ratio filters training pairs while --max-output-ratio bounds
+outputs, --output is what a command writes."""
+
+
+def run_cli(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
+    """Wrap a command's main: UserError -> message on stderr and exit 2; Ctrl-C -> exit 130;
+    closed pipe -> 0 (``seq2seq translate ... | head`` is not an error)."""
+
+    def wrapped(argv: list[str] | None = None) -> int:
+        try:
+            return main(argv)
+        except UserError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+        except BrokenPipeError:
+            _silence_stdout()
+            return 0
+
+    wrapped.__doc__ = main.__doc__
+    return wrapped
+
+
+def _silence_stdout() -> None:
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old flag name kept for one release: warns on stderr and sets the new flag's value."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str, **kwargs: Any) -> None:
+        self.new = new
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(f"warning: {option_string} is deprecated and will be removed; use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def parser_for(command: str, description: str) -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(prog=f"seq2seq {command}", description=description,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+# ----------------------------------------------------------------------------- flags from dataclasses
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _scalar(hint: Any) -> tuple[Callable[[str], Any], list[str] | None]:
+    """(argparse type, choices) for a field type: int, float, str, a Literal, or one of them | None."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    base = args[0] if len(args) == 1 else hint
+    if typing.get_origin(base) is Literal:
+        return str, list(typing.get_args(base))
+    if base in (int, float):
+        return base, None
+    return str, None
+
+
+def _is_bool(hint: Any) -> bool:
+    return hint is bool or hint == (bool | None)
+
+
+def add_dataclass_flags(parser: argparse._ActionsContainer, cls: type, dest_prefix: str = "",
+                        defaults: Callable[[str, Any], str] | None = None) -> None:
+    """One flag per field of dataclass ``cls``; unset flags stay absent from the namespace (SUPPRESS).
+    ``defaults(name, value)`` renders the default shown in --help."""
+    hints = get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("derived"):
+            continue
+        hint = hints[f.name]
+        shown = defaults(f.name, f.default) if defaults else f"{f.default!r}"
+        kwargs: dict[str, Any] = {"dest": dest_prefix + f.name, "default": argparse.SUPPRESS,
+                                  "help": f"{f.metadata.get('help', '')} (default: {shown})"}
+        if _is_bool(hint):
+            parser.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, **kwargs)
+        elif "tuple" in str(hint):
+            parser.add_argument(_flag(f.name), type=float, nargs=2, metavar=("B1", "B2"), **kwargs)
+        else:
+            kind, choices = _scalar(hint)
+            parser.add_argument(_flag(f.name), type=kind, choices=choices,
+                                metavar=None if choices else f.name.upper(), **kwargs)
+
+
+def _train_default(section: str) -> Callable[[str, Any], str]:
+    """The default ``seq2seq train`` runs for a field: per architecture where it differs, and the
+    toy preset's value where the no-corpus quickstart changes it."""
+
+    def shown(name: str, value: Any) -> str:
+        per_arch = {arch: values.get(section, {}).get(name, value) for arch, values in ARCH_DEFAULTS.items()}
+        text = (f"{per_arch['rnn']!r} for rnn, {per_arch['transformer']!r} for transformer"
+                if value is None else repr(value))
+        toy = PRESETS["toy"].get(section, {}).get(name)
+        return text + (f"; toy: {toy!r}" if toy is not None else "")
+
+    return shown
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """The ``seq2seq train`` options: --preset, --config, --print-config and one flag per config field."""
+    parser.add_argument("--preset", choices=list(PRESETS),
+                        help="start from a preset (configs/NAME.yaml shows each): default toy when no corpus "
+                             "is given, otherwise the architecture's defaults")
+    parser.add_argument("--config", help="YAML or TOML file with model / data / train sections (e.g. a run's "
+                                         "config.yaml); flags override it")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the effective config as YAML (what would run) and exit")
+    for section, cls in SECTIONS.items():
+        add_dataclass_flags(parser.add_argument_group(f"{section} options"), cls, f"{section}.",
+                            _train_default(section))
+
+
+def build_run_config(args: argparse.Namespace) -> RunConfig:
+    """preset < config file < flags, read into a checked, resolved RunConfig.
+
+    Without --preset: the toy preset when neither the file nor the flags name a corpus other than
+    the toy one (so a bare ``seq2seq train`` is the quickstart), no preset otherwise."""
+    file_values = load_config_file(args.config) if getattr(args, "config", None) else {}
+    flag_values: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+    for dest, value in vars(args).items():
+        if "." in dest:
+            section, name = dest.split(".", 1)
+            flag_values[section][name] = value
+    for section, values in file_values.items():
+        if section in SECTIONS and not isinstance(values, dict):
+            raise UserError(f"--config {args.config}: '{section}' must be a mapping of options")
+    name = getattr(args, "preset", None)
+    if name is None:
+        data = {**file_values.get("data", {}), **flag_values["data"]}
+        corpus = any(data.get(key) for key in ("data_dir", "dataset", "train_file"))
+        name = None if corpus else "toy"
+    args.preset = name  # the preset that was used, for --print-config
+    layers = ([preset(name)] if name else []) + [file_values, flag_values]
+    if getattr(args, "output_dir", None):
+        layers.append({"output_dir": args.output_dir})
+    where = f"--config {args.config}" if getattr(args, "config", None) else "options"
+    return RunConfig.from_dict(merge_layers(layers), source=where).resolved()
+
+
+def config_from_flags(flags: list[str]) -> RunConfig:
+    """The RunConfig that ``seq2seq train`` would build from ``flags``."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--output-dir")
+    add_config_flags(parser)
+    return build_run_config(parser.parse_args(flags))
+
+
+# ----------------------------------------------------------------------------- shared flag groups
+
+
+def add_decode_flags(parser: argparse._ActionsContainer) -> None:
+    """The search options (``DecodeConfig``): the same flags and defaults as ``Translator.translate``."""
+    add_dataclass_flags(parser, DecodeConfig)
+    parser.set_defaults(**{f.name: f.default for f in dataclasses.fields(DecodeConfig)})
+    parser.add_argument("--max-len-ratio", dest="max_output_ratio", type=float, action=DeprecatedAlias,
+                        new="--max-output-ratio")
+
+
+def add_alignment_flags(parser: argparse._ActionsContainer) -> None:
+    """Which attention becomes the alignment matrix, and how hard links are read from it."""
+    parser.add_argument("--align-layer", default="-2",
+                        help="decoder layer of the aggregate: index (negative counts from the top) or 'all' "
+                             "(mean of all layers) (default: -2, the penultimate: Garg et al. 2019 found it "
+                             "aligns best; the only layer of an RNN)")
+    parser.add_argument("--align-heads", default="mean",
+                        help="'mean' (average all heads) or comma-separated head indices to average (default: mean)")
+    parser.add_argument("--align-method", choices=("argmax", "threshold"), default="argmax",
+                        help="hard links: argmax = one source word per target word; threshold = every source "
+                             "word with at least --align-threshold of the (renormalized) row (default: argmax)")
+    parser.add_argument("--align-threshold", type=float, default=0.3,
+                        help="share of a row for --align-method threshold (default: 0.3)")
+    for old, new in (("--layer", "align_layer"), ("--heads", "align_heads")):
+        parser.add_argument(old, dest=new, action=DeprecatedAlias, new=_flag(new))
+
+
+def check_alignment_flags(args: argparse.Namespace) -> None:
+    if args.align_method == "threshold" and not 0.0 < args.align_threshold <= 1.0:
+        raise UserError(f"--align-threshold must be in (0, 1] (a share of a row), got {args.align_threshold}")
+
+
+def add_device_flag(parser: argparse._ActionsContainer) -> None:
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                        help="where to run (default: auto = CUDA when available)")

@@ -1,0 +1,59 @@
+"""``seq2seq compare``: a side-by-side report of several trained systems on one test set
+(BLEU / chrF with significance, length buckets, attention plots, optionally AER). See
+``seq2seq/compare.py`` for what the report holds.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..config import DecodeConfig
+from .common import DeprecatedAlias, add_device_flag, parser_for, run_cli
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The options of ``seq2seq compare`` (a Namespace ``seq2seq.compare.compare`` takes)."""
+    from ..compare import DEFAULT_BUCKETS, __doc__ as description
+
+    parser = parser_for("compare", description)
+    parser.add_argument("runs", nargs="+", metavar="RUN_OR_CKPT",
+                        help="run directories (their best.pt) or .pt files; the first is the baseline")
+    parser.add_argument("--source", help="test source file, one sentence per line")
+    parser.add_argument("--reference", help="test reference file, parallel to --source")
+    parser.add_argument("--data-dir", help="instead of --source/--reference: DIR/SPLIT.SRC and DIR/SPLIT.TGT")
+    parser.add_argument("--src", help="source language suffix with --data-dir (e.g. de)")
+    parser.add_argument("--tgt", help="target language suffix with --data-dir (e.g. en)")
+    parser.add_argument("--split", default="test_2016_flickr", help="file stem with --data-dir (default: %(default)s)")
+    parser.add_argument("--output", help="report directory (new, or an earlier report to replace); required")
+    parser.add_argument("--out", dest="output", action=DeprecatedAlias, new="--output")
+    parser.add_argument("--names", nargs="+", help="one display name per system (default: run directory names)")
+    parser.add_argument("--beam-size", type=int, default=DecodeConfig.beam_size,
+                        help=f"beam for the scored translations (default: {DecodeConfig.beam_size})")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="sentences per decoding batch (default: 320 / beam size, as seq2seq translate)")
+    choice = parser.add_mutually_exclusive_group()
+    choice.add_argument("--sentences", type=int, default=3,
+                        help="plot the N sentences whose chrF differs most between systems (default: 3)")
+    choice.add_argument("--sentence-ids", type=int, nargs="+", help="plot these sentences (0-based line numbers)")
+    parser.add_argument("--gold", help="gold word alignments (Pharaoh, src-tgt, 0-based, one line per pair): "
+                                       "report AER")
+    parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default: 1000)")
+    parser.add_argument("--ar-trials", type=int, default=10000,
+                        help="approximate randomization trials (default: 10000)")
+    parser.add_argument("--length-buckets", type=int, nargs="+", default=list(DEFAULT_BUCKETS), metavar="N",
+                        help="upper bounds of the source-length buckets in words (default: 10 15 20 30)")
+    add_device_flag(parser)
+    parser.add_argument("--quiet", action="store_true", help="no progress bars or log lines")
+    args = parser.parse_args(argv)
+    if not args.output:
+        parser.error("the following arguments are required: --output")
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    return args
+
+
+@run_cli
+def main(argv: list[str] | None = None) -> int:
+    from ..compare import compare
+
+    compare(parse_args(argv))
+    return 0

@@ -1,0 +1,65 @@
+"""``seq2seq translate``: translate text with a trained checkpoint; a Unix filter without --input/--output.
+
+    echo "Ein Hund läuft." | seq2seq translate --checkpoint checkpoints/run/best.pt
+    seq2seq translate --checkpoint RUN --input test.de --output test.hyp --reference test.en
+    seq2seq translate --checkpoint RUN --input test.de --alignments align.jsonl --plot-dir plots/
+    seq2seq translate --checkpoint RUN --input test.de --alignments align.jsonl --attribution gradient occlusion
+"""
+from __future__ import annotations
+
+from .common import (add_alignment_flags, add_decode_flags, add_device_flag, check_alignment_flags, parser_for,
+                     run_cli)
+
+
+def parse_args(argv: list[str] | None):
+    p = parser_for("translate", __doc__)
+    p.add_argument("--checkpoint", required=True, help="a .pt checkpoint or a run directory (uses best.pt)")
+    p.add_argument("--input", default="-", help="input file, one sentence per line (default: stdin)")
+    p.add_argument("--output", default="-", help="output file (default: stdout); written atomically")
+    add_decode_flags(p)
+    add_device_flag(p)
+    p.add_argument("--shortlist", nargs="?", const="auto", default=None, metavar="FILE",
+                   help="decode each batch over the target tokens its sources can produce (a lexical "
+                        "shortlist; faster, outputs may differ slightly). Without FILE: the run's "
+                        "shortlist.npz next to the checkpoint (training writes it; build others with "
+                        "seq2seq shortlist)")
+    p.add_argument("--shortlist-sizes", nargs=2, type=int, metavar=("K", "N"), default=None,
+                   help="with --shortlist: K translations per source token and the N most frequent "
+                        "target tokens (default: 30 300; smaller is faster)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "int8"],
+                   help="decoding precision (default: fp32). fp16 / bf16: half-precision weights (fp16 "
+                        "helps one-sentence-at-a-time CPU decoding, bf16 CPUs with native bf16); int8 "
+                        "(CPU only): quantized linear layers. Outputs may differ slightly from fp32; "
+                        "measured speeds are in the README's Speed section")
+    p.add_argument("--reference", help="reference file: print sacrebleu BLEU and chrF with signatures")
+    a = p.add_argument_group(
+        "alignments and attribution",
+        "Attention is exported per sentence as the raw (layers, heads, tgt+1, src+1) array and as one "
+        "aggregate matrix, merged to words, from which hard links are read.")
+    a.add_argument("--alignments", metavar="FILE",
+                   help="write alignments/attention as JSONL here (+ .npz arrays beside it), atomically")
+    a.add_argument("--plot-dir", metavar="DIR",
+                   help="write word-level heatmaps per sentence here: NNNNN.png/.svg, NNNNN_grid.png "
+                        "(layers x heads, multi-head models), NNNNN_attribution.png (with --attribution)")
+    add_alignment_flags(a)
+    a.add_argument("--include-eos", action="store_true",
+                   help="keep the source EOS column and target EOS row in matrices and links "
+                        "(default: dropped, so EOS never appears as an alignment point)")
+    a.add_argument("--attribution", nargs="+", metavar="METHOD",
+                   choices=("gradient", "integrated-gradients", "occlusion"),
+                   help="also compute attribution matrices (gradient | integrated-gradients | occlusion, "
+                        "one or more) into the --alignments export and --plot-dir; see seq2seq/attribution.py")
+    a.add_argument("--ig-steps", type=int, default=16,
+                   help="integration steps for integrated-gradients (default: 16)")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    return p.parse_args(argv)
+
+
+@run_cli
+def main(argv: list[str] | None = None) -> int:
+    from ..translate_cli import translate_stream  # torch and the model code only once the flags are valid
+
+    args = parse_args(argv)
+    check_alignment_flags(args)
+    translate_stream(args)
+    return 0

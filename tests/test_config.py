@@ -1,0 +1,149 @@
+"""One source of defaults: presets equal across the command, the Python API and configs/; typed
+values from files and flags; the effective config printed, saved and read back; light imports."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from seq2seq.cli import config_from_flags
+from seq2seq.config import PRESETS, DecodeConfig, ModelConfig, RunConfig, TrainConfig, config_to_yaml
+from seq2seq.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_every_preset_is_the_same_from_the_command_the_api_and_configs(name):
+    from_cli = config_from_flags(["--preset", name])
+    assert from_cli == RunConfig.from_preset(name)
+    assert config_from_flags(["--config", str(ROOT / "configs" / f"{name}.yaml")]) == from_cli  # committed file = preset
+    assert None not in (from_cli.model.dropout, from_cli.train.betas, from_cli.train.warmup_steps,
+                        from_cli.train.clip_norm, from_cli.train.schedule, from_cli.data.max_tokens)
+
+
+def test_api_and_command_resolve_architecture_defaults_alike():
+    """RunConfig(model=ModelConfig(arch="rnn")) trains with what `seq2seq train --arch rnn` trains with."""
+    api = RunConfig(model=ModelConfig(arch="rnn")).resolved()
+    cli = config_from_flags(["--arch", "rnn", "--data-dir", "somewhere"])
+    api.data.data_dir = "somewhere"
+    assert api == cli
+    assert (cli.model.dropout, cli.train.clip_norm, cli.train.betas, cli.train.schedule) == (0.3, 5.0, (0.9, 0.999), "plateau")
+    transformer = RunConfig().resolved()
+    assert (transformer.model.dropout, transformer.train.warmup_steps, transformer.train.betas) == (0.1, 400, (0.9, 0.98))
+    assert RunConfig(model=ModelConfig(arch="rnn", dropout=0.25)).resolved().model.dropout == 0.25  # set = kept
+
+
+def test_bare_command_is_the_toy_preset_and_a_corpus_is_not():
+    assert config_from_flags([]) == RunConfig.from_preset("toy")
+    real = config_from_flags(["--data-dir", "d", "--src", "de", "--tgt", "en"])
+    assert real.data.toy_size == 0 and real.data.vocab_size == 8000 and real.model.d_model == 256
+
+
+def test_yaml_numbers_written_as_strings_are_converted_and_bad_values_are_named(tmp_path):
+    good = tmp_path / "run.yaml"
+    good.write_text("model:\n  arch: rnn\ntrain:\n  lr: 1e-3\n  betas: [0.9, 0.98]\n  max_steps: '3'\n")
+    cfg = config_from_flags(["--config", str(good)])
+    assert cfg.train.lr == 0.001 and cfg.train.betas == (0.9, 0.98) and cfg.train.max_steps == 3
+    for text, named in [("train:\n  lr: abc\n", r"bad\.yaml: train\.lr: .*valid number.*'abc'"),
+                        ("model:\n  arch: gru\n", r"model\.arch: .*'rnn' or 'transformer'.*'gru'"),
+                        ("model:\n  layers: 2.5\n", r"model\.layers: .*integer.*2\.5"),
+                        ("train:\n  lerning_rate: 1\n", r"unknown key train\.lerning_rate; valid keys are: seed"),
+                        ("model: 3\n", r"model"),
+                        ("- a\n- b\n", r"expected a mapping")]:
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(text)
+        with pytest.raises(UserError, match=named):
+            config_from_flags(["--config", str(bad)])
+
+
+def test_values_set_in_python_are_checked_too():
+    with pytest.raises(UserError, match=r"train\.lr: .*valid number"):
+        RunConfig(train=TrainConfig(lr="fast")).resolved()
+    with pytest.raises(UserError, match=r"--d-model \(30\) must be divisible by --heads \(4\)"):
+        RunConfig(model=ModelConfig(d_model=30)).resolved()
+
+
+def test_yaml_round_trip_is_exact(tmp_path):
+    cfg = config_from_flags(["--preset", "rnn-luong", "--data-dir", "d", "--src", "de", "--tgt", "en",
+                             "--lr", "3e-4", "--no-tie-embeddings", "--output-dir", "runs/x"])
+    path = tmp_path / "config.yaml"
+    path.write_text(config_to_yaml(cfg))
+    assert config_from_flags(["--config", str(path)]) == cfg
+
+
+def test_print_config_prints_what_would_run_and_exits(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "seq2seq", "train", "--preset", "rnn-bahdanau", "--data-dir", "d",
+                           "--dropout", "0.2", "--print-config"], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    printed = tmp_path / "printed.yaml"
+    printed.write_text(proc.stdout)
+    cfg = config_from_flags(["--config", str(printed)])
+    assert cfg.model.arch == "rnn" and cfg.model.dropout == 0.2 and cfg.data.data_dir == "d"
+    assert not (tmp_path / "checkpoints").exists()  # nothing trained
+
+
+def test_help_shows_the_defaults_that_run():
+    proc = subprocess.run([sys.executable, "-m", "seq2seq", "train", "--help"], capture_output=True, text=True)
+    text = " ".join(proc.stdout.split())
+    assert "dropout probability (default: 0.3 for rnn, 0.1 for transformer; toy: 0.1)" in text
+    assert "steps of linear warmup (default: 0 for rnn, 400 for transformer; toy: 300)" in text
+    assert "--lr LR peak learning rate (default: 0.001)" in text
+    translate = " ".join(subprocess.run([sys.executable, "-m", "seq2seq", "translate", "--help"],
+                                        capture_output=True, text=True).stdout.split())
+    assert f"beam size (1 = greedy) (default: {DecodeConfig.beam_size})" in translate
+
+
+def test_translator_defaults_are_the_commands():
+    import inspect
+
+    from seq2seq.translator import Translator
+
+    defaults = {name: p.default for name, p in inspect.signature(Translator.translate).parameters.items()}
+    for field in ("beam_size", "length_penalty", "n_best", "batch_size", "max_output_ratio"):
+        assert defaults[field] == getattr(DecodeConfig, field), field
+
+
+def test_importing_the_package_or_the_translator_loads_neither_datasets_nor_training():
+    code = ("import sys, seq2seq; from seq2seq import Translator, RunConfig; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'datasets' or m == 'seq2seq.training'))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["nonsense"], "unknown command 'nonsense'"),
+    (["train", "--lr", "abc"], "argument --lr: invalid float value: 'abc'"),
+    (["train", "--arch", "gru"], "argument --arch: invalid choice: 'gru'"),
+    (["train", "--preset", "big"], "argument --preset: invalid choice: 'big'"),
+    (["translate"], "the following arguments are required: --checkpoint"),
+    (["translate", "--checkpoint", "absent.pt"], "checkpoint absent.pt: no such file"),
+    (["shortlist", "--checkpoint", "x.pt", "--source", "a"], "required: --target"),
+    (["align", "--checkpoint", "x", "--source", "a", "--target", "b", "--gold", "g", "--align-threshold", "2",
+      "--align-method", "threshold"], "--align-threshold must be in (0, 1]"),
+    (["compare", "run"], "required: --output"),
+])
+def test_every_subcommand_names_a_bad_flag_or_file_without_a_traceback(tmp_path, argv, message):
+    proc = subprocess.run([sys.executable, "-m", "seq2seq", *argv], capture_output=True, text=True, cwd=tmp_path,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_old_flag_names_still_work_with_a_warning(tmp_path):
+    from seq2seq.cli.translate import parse_args
+
+    args = parse_args(["--checkpoint", "x", "--max-len-ratio", "2.0", "--layer", "0", "--heads", "1,2"])
+    assert (args.max_output_ratio, args.align_layer, args.align_heads) == (2.0, "0", "1,2")
+    proc = subprocess.run([sys.executable, "-m", "seq2seq", "translate", "--checkpoint", str(tmp_path / "none.pt"),
+                           "--layer", "0"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert "--layer is deprecated and will be removed; use --align-layer" in proc.stderr
+
+
+def test_translate_takes_a_list_not_a_string(tmp_path):
+    from seq2seq.translator import Translator
+
+    with pytest.raises(UserError, match=r"takes a list of sentences.*translate\(\[text\]\)"):
+        Translator.translate(object.__new__(Translator), "Ein Hund rennt.")
