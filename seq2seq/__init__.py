@@ -21,8 +21,8 @@ _EXPORTS = {
     "TrainConfig": "config", "PRESETS": "config",
     "UserError": "errors",
     "build_model": "models",
-    "TrainResult": "training", "train": "training",
-    "Translation": "translator", "Translator": "translator",
+    "TrainResult": "training.trainer", "train": "training.trainer",
+    "Translation": "decoding.translator", "Translator": "decoding.translator",
 }
 __all__ = sorted(_EXPORTS)
 
@@ -30,8 +30,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports
     from .config import PRESETS, DataConfig, DecodeConfig, ModelConfig, RunConfig, TrainConfig
     from .errors import UserError
     from .models import build_model
-    from .training import TrainResult, train
-    from .translator import Translation, Translator
+    from .training.trainer import TrainResult, train
+    from .decoding.translator import Translation, Translator
 
 
 def __getattr__(name: str) -> Any:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .distributed import env_rank
+from .training.distributed import env_rank
 from .errors import UserError
 
 

@@ -1,11 +1,16 @@
 """Shared fixtures: a tiny parallel corpus and a SentencePiece model trained on it (fast)."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from seq2seq.tokenizer import Tokenizer
 from seq2seq.toy import toy_corpus
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the benchmark scripts
 
 TINY_TEXTS = [
     "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",

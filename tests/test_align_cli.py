@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from seq2seq import bench_faithfulness
+import bench_faithfulness
 from seq2seq.cli import align
-from seq2seq.alignment import alignment_error_rate, merge_to_words, parse_pharaoh, read_pharaoh_file
+from seq2seq.analysis.alignment import alignment_error_rate, merge_to_words, parse_pharaoh, read_pharaoh_file
 from seq2seq.config import ModelConfig, RunConfig
 from seq2seq.models import build_model
-from seq2seq.training import train
-from seq2seq.translator import Translator
+from seq2seq.training.trainer import train
+from seq2seq.decoding.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ["twenty-one", "three hundred and five", "", "seven thousand and twelve"]

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from seq2seq.alignment import (
+from seq2seq.analysis.alignment import (
     AlignmentRecord,
     AlignmentWriter,
     aggregate,

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from seq2seq.attention import (
+from seq2seq.nn.attention import (
     SCORES, MultiHeadAttention, RecurrentAttention, build_score, causal_mask, masked_softmax,
     padding_mask, scaled_dot_product,
 )

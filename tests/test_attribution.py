@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from seq2seq.alignment import merge_to_words
-from seq2seq.attribution import (Attribution, attribute, gradient_x_input, integrated_gradients,
+from seq2seq.analysis.alignment import merge_to_words
+from seq2seq.analysis.attribution import (Attribution, attribute, gradient_x_input, integrated_gradients,
                                  occlusion, teacher_force)
 from seq2seq.config import ModelConfig
 from seq2seq.models import build_model
@@ -167,7 +167,7 @@ def test_int8_models_get_occlusion_and_a_clear_error_for_gradients():
     """An int8 model (translate.py --precision int8) has no gradients: occlusion still works, the
     gradient methods say so instead of failing inside autograd."""
     from seq2seq.errors import UserError
-    from seq2seq.quantize import quantize_for_decoding
+    from seq2seq.decoding.quantize import quantize_for_decoding
 
     model = make("transformer")
     int8 = quantize_for_decoding(model)

@@ -14,8 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run(script: str, *args: str, stdin: str | None = None, cwd: Path = ROOT,
         umask: int = 0o022) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / script), *args], input=stdin, capture_output=True,
-                          text=True, cwd=cwd, timeout=300, preexec_fn=lambda: os.umask(umask))
+    source = {"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}  # never the terminal's
+    return subprocess.run([sys.executable, str(ROOT / script), *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=300, preexec_fn=lambda: os.umask(umask), **source)
 
 
 TINY = ["--toy-size", "300", "--vocab-size", "120", "--d-model", "32", "--heads", "2", "--ff-size", "64",
@@ -93,9 +94,9 @@ def test_shortlist_written_by_training_used_by_translate_and_rebuilt_by_its_cli(
                "--shortlist-sizes", "2", "5", stdin=lines)
     assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 3, proc.stderr
     tgt.write_text("einundzwanzig\n", encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "seq2seq.shortlist", "--checkpoint", str(checkpoint),
+    proc = subprocess.run([sys.executable, "-m", "seq2seq", "shortlist", "--checkpoint", str(checkpoint),
                            "--src", str(src), "--tgt", str(tgt)], capture_output=True, text=True, cwd=ROOT)
-    assert "--src is deprecated" in proc.stderr  # the old module entry point and flag names still work
+    assert "--src is deprecated" in proc.stderr  # the old flag names still work, with a warning
     assert proc.returncode == 2 and "line-aligned" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -119,7 +120,7 @@ def test_translate_errors_are_one_line_without_traceback(checkpoint, tmp_path, a
 
 
 def test_run_config_yaml_reproduces_the_runs_config(checkpoint):
-    from seq2seq.checkpoint import load_checkpoint
+    from seq2seq.training.checkpoint import load_checkpoint
     from seq2seq.cli import config_from_flags
     from seq2seq.config import RunConfig
 
@@ -174,7 +175,7 @@ def test_bench_decodes_with_and_without_the_shortlist(checkpoint, tmp_path):
     import argparse
     import shutil
 
-    from seq2seq.bench import decode_system
+    from bench import decode_system
 
     run_dir, data = tmp_path / "run", tmp_path / "data"
     run_dir.mkdir(), data.mkdir()
@@ -198,7 +199,7 @@ def test_bench_decodes_with_and_without_the_shortlist(checkpoint, tmp_path):
     assert 0 <= result["beam5_shortlist"]["same_outputs_as_beam5"] <= 3
     assert 0 <= result["greedy_bs1_fp16"]["same_outputs_as_greedy_bs1"] <= 2
     assert result["greedy_bs1"]["sentences"] == 2 and result["beam5"]["sentences"] == 3
-    from seq2seq.bench import speed_table
+    from bench import speed_table
 
     train = {"precision": "fp32", "parameters": 1e6, "tgt_tokens_per_step": 100, "tgt_tokens_per_s": 1000,
              "model_gflop_per_s_estimate": 10, "fraction_of_matmul_peak": 0.1, "peak_rss_mb": 500}
@@ -214,7 +215,7 @@ def test_bench_decode_command_repeats_and_takes_medians(checkpoint, tmp_path):
     import json
     import shutil
 
-    from seq2seq import bench
+    import bench
 
     data = tmp_path / "data"
     data.mkdir()
@@ -235,7 +236,7 @@ def test_bench_decode_command_repeats_and_takes_medians(checkpoint, tmp_path):
 def test_bench_profile_splits_decoding_time_and_bounds_it_by_the_matrix_products(checkpoint, tmp_path, capsys):
     import json
 
-    from seq2seq import bench
+    import bench
 
     data = tmp_path / "data"
     data.mkdir()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from seq2seq.cli.compare import main, parse_args
-from seq2seq.compare import (
+from seq2seq.analysis.compare import (
     check_sentence_ids,
     compare,
     forced_attention,
@@ -21,10 +21,10 @@ from seq2seq.compare import (
 )
 from seq2seq.config import RunConfig
 from seq2seq.errors import UserError
-from seq2seq.plotting import plot_grouped_bars, plot_learning_curves
+from seq2seq.analysis.plotting import plot_grouped_bars, plot_learning_curves
 from seq2seq.toy import toy_corpus
-from seq2seq.training import train
-from seq2seq.translator import Translator
+from seq2seq.training.trainer import train
+from seq2seq.decoding.translator import Translator
 
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

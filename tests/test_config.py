@@ -99,7 +99,7 @@ def test_help_shows_the_defaults_that_run():
 def test_translator_defaults_are_the_commands():
     import inspect
 
-    from seq2seq.translator import Translator
+    from seq2seq.decoding.translator import Translator
 
     defaults = {name: p.default for name, p in inspect.signature(Translator.translate).parameters.items()}
     for field in ("beam_size", "length_penalty", "n_best", "batch_size", "max_output_ratio"):
@@ -108,7 +108,7 @@ def test_translator_defaults_are_the_commands():
 
 def test_importing_the_package_or_the_translator_loads_neither_datasets_nor_training():
     code = ("import sys, seq2seq; from seq2seq import Translator, RunConfig; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'datasets' or m == 'seq2seq.training'))")
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'datasets' or m == 'seq2seq.training.trainer'))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[]"
 
@@ -143,7 +143,7 @@ def test_old_flag_names_still_work_with_a_warning(tmp_path):
 
 
 def test_translate_takes_a_list_not_a_string(tmp_path):
-    from seq2seq.translator import Translator
+    from seq2seq.decoding.translator import Translator
 
     with pytest.raises(UserError, match=r"takes a list of sentences.*translate\(\[text\]\)"):
         Translator.translate(object.__new__(Translator), "Ein Hund rennt.")

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-from seq2seq.checkpoint import load_checkpoint
+from seq2seq.training.checkpoint import load_checkpoint
 from seq2seq.cli import add_config_flags, build_run_config
-from seq2seq.training import train
+from seq2seq.training.trainer import train
 
 ROOT = Path(__file__).resolve().parents[1]
 # 300 toy pairs at --max-tokens 200 make 19 batches: 9 steps per epoch on 2 ranks (one batch dropped),
@@ -78,7 +78,7 @@ HELPERS = """
 import json, sys
 from pathlib import Path
 import torch
-from seq2seq import distributed
+from seq2seq.training import distributed
 
 out = Path(sys.argv[1])
 with distributed.process_group(torch.device("cpu")) as created:
@@ -109,7 +109,7 @@ def test_process_group_helpers(tmp_path):
 
 
 def test_single_process_helpers_are_identities():
-    from seq2seq import distributed
+    from seq2seq.training import distributed
 
     assert not distributed.is_distributed() and distributed.is_main() and distributed.world_size() == 1
     assert list(distributed.lockstep([[1], [2, 3]], len)) == [([1], 1), ([2, 3], 2)]

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from seq2seq.dropout import Dropout, dropout, quantized_probability
+from seq2seq.nn.dropout import Dropout, dropout, quantized_probability
 
 
 def test_eval_mode_and_zero_probability_are_identity():

@@ -3,8 +3,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq import loss as loss_module
-from seq2seq.loss import label_smoothed_cross_entropy
+from seq2seq.nn import loss as loss_module
+from seq2seq.nn.loss import label_smoothed_cross_entropy
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])

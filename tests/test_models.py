@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from seq2seq.config import ModelConfig
 from seq2seq.errors import UserError
 from seq2seq.models import build_model
-from seq2seq.search import greedy_search
+from seq2seq.decoding.search import greedy_search
 
 PAD, BOS, EOS = 0, 2, 3
 VOCAB = 12  # 4 specials + 8 symbols

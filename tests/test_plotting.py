@@ -5,9 +5,9 @@ import matplotlib
 import numpy as np
 import pytest
 
-from seq2seq import plotting
-from seq2seq.alignment import AlignmentRecord
-from seq2seq.plotting import (
+from seq2seq.analysis import plotting
+from seq2seq.analysis.alignment import AlignmentRecord
+from seq2seq.analysis.plotting import (
     has_cjk,
     output_paths,
     plot_alignment,

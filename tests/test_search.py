@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from seq2seq.errors import UserError
-from seq2seq.search import beam_search, greedy_search, length_penalty_gnmt, max_lengths, translate_batch
+from seq2seq.decoding.search import beam_search, greedy_search, length_penalty_gnmt, max_lengths, translate_batch
 from test_models import BOS, EOS, PAD, VOCAB, make_model, reverse_batch, train
 
 ARCHS = ["bahdanau", "luong-no-feeding", "transformer-pre"]

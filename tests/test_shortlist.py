@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from seq2seq.errors import UserError
-from seq2seq.search import OutputVocabulary, beam_search, greedy_search
+from seq2seq.decoding.search import OutputVocabulary, beam_search, greedy_search
 from seq2seq.cli.shortlist import main as shortlist_main
-from seq2seq.shortlist import Shortlist, ibm1_table
+from seq2seq.decoding.shortlist import Shortlist, ibm1_table
 from test_models import BOS, EOS, PAD, VOCAB, make_model, reverse_batch, train
 
 V = 40  # token ids 4..39 are ordinary
@@ -138,7 +138,8 @@ def test_cli_errors_name_the_files(tmp_path, capsys):
 def test_training_never_fails_because_of_the_shortlist(tmp_path, monkeypatch, capsys):
     from types import SimpleNamespace
 
-    from seq2seq import shortlist, training
+    from seq2seq.decoding import shortlist
+    from seq2seq.training import trainer as training
 
     def fail(*args, **kwargs):
         raise UserError("cannot build a shortlist: the training targets have no ordinary tokens")

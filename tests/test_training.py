@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from seq2seq.checkpoint import load_checkpoint
+from seq2seq.training.checkpoint import load_checkpoint
 from seq2seq.config import RunConfig
 from seq2seq.errors import UserError
-from seq2seq.training import Trainer, train
-from seq2seq.translator import Translator
+from seq2seq.training.trainer import Trainer, train
+from seq2seq.decoding.translator import Translator
 
 
 def tiny_config(out: Path, arch: str = "transformer", **train_overrides) -> RunConfig:
@@ -81,7 +81,7 @@ def test_train_checkpoint_translate_bleu(tmp_path, arch):
 
 def test_default_decoding_batch_is_320_rows():
     """Greedy batches of 320 sentences, beam 5 of 64 (see translator.DECODER_ROWS); never 0."""
-    from seq2seq.translator import default_batch_size
+    from seq2seq.decoding.translator import default_batch_size
 
     assert (default_batch_size(1), default_batch_size(5), default_batch_size(1000)) == (320, 64, 1)
 
@@ -97,7 +97,7 @@ def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tmp_path):
 
 def test_ctrl_c_leaves_a_resumable_checkpoint(tmp_path, monkeypatch):
     train(tiny_config(tmp_path / "full", eval_every=0), quiet=True)
-    original = Trainer._train_step
+    original = Trainer.train_step
     calls = {"n": 0}
 
     def interrupted_step(self, group):
@@ -106,10 +106,10 @@ def test_ctrl_c_leaves_a_resumable_checkpoint(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return original(self, group)
 
-    monkeypatch.setattr(Trainer, "_train_step", interrupted_step)
+    monkeypatch.setattr(Trainer, "train_step", interrupted_step)
     result = train(tiny_config(tmp_path / "cut", eval_every=0), quiet=True)
     assert result.progress.stopped == "interrupted" and result.progress.step == 4
-    monkeypatch.setattr(Trainer, "_train_step", original)
+    monkeypatch.setattr(Trainer, "train_step", original)
     train(tiny_config(tmp_path / "cut", eval_every=0), resume=True, quiet=True)
     assert_same_weights(tmp_path / "full" / "last.pt", tmp_path / "cut" / "last.pt")
 
@@ -163,7 +163,7 @@ def test_fp16_on_cpu_is_a_clear_error_before_any_work(tmp_path):
 
 
 def test_speed_benchmark_refuses_emulated_bf16(tmp_path, monkeypatch, capsys):
-    from seq2seq import bench
+    import bench
 
     monkeypatch.setattr("seq2seq.runtime.cpu_has_native_bf16", lambda: False)
     monkeypatch.setattr(bench, "matmul_peak", lambda *a: pytest.fail("must refuse before measuring"))
@@ -178,7 +178,7 @@ def test_speed_benchmark_refuses_emulated_bf16(tmp_path, monkeypatch, capsys):
 def test_speed_benchmark_models_have_the_peers_parameter_counts(system, peer_millions):
     """The peers' RNN: separate source/target embeddings, untied 512 -> V output layer (12.0 M);
     their Transformer: target embeddings tied to the output layer only (9.6 M)."""
-    from seq2seq import bench
+    import bench
     from seq2seq.cli import config_from_flags
     from seq2seq.models import build_model
 

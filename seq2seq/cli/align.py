@@ -39,7 +39,7 @@ def parse_args(argv: list[str] | None):
 
 @run_cli
 def main(argv: list[str] | None = None) -> int:
-    from ..align import evaluate
+    from ..analysis.align import evaluate
 
     evaluate(parse_args(argv))
     return 0

@@ -13,7 +13,7 @@ from .common import DeprecatedAlias, add_device_flag, parser_for, run_cli
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The options of ``seq2seq compare`` (a Namespace ``seq2seq.compare.compare`` takes)."""
-    from ..compare import DEFAULT_BUCKETS, __doc__ as description
+    from ..analysis.compare import DEFAULT_BUCKETS, __doc__ as description
 
     parser = parser_for("compare", description)
     parser.add_argument("runs", nargs="+", metavar="RUN_OR_CKPT",
@@ -53,7 +53,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 @run_cli
 def main(argv: list[str] | None = None) -> int:
-    from ..compare import compare
+    from ..analysis.compare import compare
 
     compare(parse_args(argv))
     return 0

@@ -14,7 +14,7 @@ from .common import DeprecatedAlias, parser_for, run_cli
 
 
 def parse_args(argv: list[str] | None):
-    from ..shortlist import FILE_NAME
+    from ..decoding.shortlist import FILE_NAME
 
     parser = parser_for("shortlist", __doc__)
     parser.add_argument("--checkpoint", required=True, help="a .pt checkpoint or a run directory")
@@ -36,10 +36,10 @@ def parse_args(argv: list[str] | None):
 
 @run_cli
 def main(argv: list[str] | None = None) -> int:
-    from ..checkpoint import load_checkpoint, tensor_to_bytes
-    from ..shortlist import FILE_NAME, build_from_text
+    from ..training.checkpoint import load_checkpoint, tensor_to_bytes
+    from ..decoding.shortlist import FILE_NAME, build_from_text
     from ..tokenizer import Tokenizer
-    from ..translator import read_lines
+    from ..decoding.translator import read_lines
 
     args = parse_args(argv)
     checkpoint = Path(args.checkpoint)

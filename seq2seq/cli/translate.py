@@ -57,7 +57,7 @@ def parse_args(argv: list[str] | None):
 
 @run_cli
 def main(argv: list[str] | None = None) -> int:
-    from ..translate_cli import translate_stream  # torch and the model code only once the flags are valid
+    from ..decoding.stream import translate_stream  # torch and the model code only once the flags are valid
 
     args = parse_args(argv)
     check_alignment_flags(args)

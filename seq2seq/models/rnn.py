@@ -25,10 +25,10 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ..attention import RecurrentAttention, build_score
+from ..nn.attention import RecurrentAttention, build_score
 from ..config import ModelConfig
 from .base import EncoderDecoder
-from ..dropout import Dropout, dropout
+from ..nn.dropout import Dropout, dropout
 
 Hidden = list  # per layer: h (B, H) for GRU, (h, c) for LSTM
 

@@ -14,11 +14,11 @@ import math
 import torch
 from torch import nn
 
-from ..attention import MultiHeadAttention
+from ..nn.attention import MultiHeadAttention
 from ..config import ModelConfig
 from ..errors import UserError
 from .base import EncoderDecoder
-from ..dropout import Dropout
+from ..nn.dropout import Dropout
 
 KV = tuple[torch.Tensor, torch.Tensor]  # projected keys, values: (B, heads, T, d_k) each
 

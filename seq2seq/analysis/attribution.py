@@ -1,0 +1,268 @@
+"""Attribution beyond attention: which source tokens does a translation actually depend on?
+
+For a source x = (x_1 .. x_S, EOS) and a chosen output y = (y_1 .. y_T, EOS), every method gives a
+``(T+1, S+1)`` matrix in the same layout as attention (target rows incl. EOS, source columns incl.
+EOS), so it goes through ``AlignmentRecord.build``, the export and the plots unchanged.
+With f_t(x) = log p(y_t | y_<t, x) (teacher forcing, model in eval mode, no dropout):
+
+* ``gradient`` (gradient x input, Shrikumar et al. 2016; Ding et al. 2019 for NMT):
+  raw[t, s] = sum_d  df_t/de_{s,d} * e_{s,d}, where e_s is the output of the model's source token
+  embedding (before any sqrt(d) scaling / positional encoding: the token's identity, not its
+  position). It is the first-order change of f_t when e_s is scaled, d f_t(x; e_s -> (1+eps) e_s)
+  / d eps at eps = 0.
+* ``integrated-gradients`` (Sundararajan et al. 2017), zero-embedding baseline, midpoint rule:
+  raw[t, s] = sum_d e_{s,d} * (1/m) sum_{k=1..m} df_t/de_{s,d} evaluated at ((k - 1/2)/m) * e.
+  Completeness: sum_s raw[t, s] ~ f_t(x) - f_t(0 embeddings), exact as m -> inf; the error
+  falls as 1/m^2 for smooth models (GRU/LSTM), more slowly with ReLUs (Transformer FFN).
+* ``occlusion`` (Zeiler & Fergus 2014; leave-one-out, Li et al. 2016): delete x_s from the
+  sequence (source EOS kept, positions after it move up), re-score the same y:
+  raw[t, s] = f_t(x) - f_t(x without x_s). The source EOS column is 0: EOS is never removed.
+
+Signs and display. ``raw`` keeps the signed values. ``scores`` are the non-negative importances
+used for display, alignment links and ranking: |raw| for the two gradient methods (the sign of
+g.e says little about relevance), max(raw, 0) for occlusion (a token whose removal makes y_t
+*more* likely does not support it). ``matrix`` = ``scores`` with each row normalized to sum to 1
+over all S+1 columns (like attention; all-zero rows stay 0).
+
+Gradients: the source embedding is found without knowing the architecture: forward hooks on every
+``nn.Embedding`` catch the call whose input is the very source tensor passed to the model (a model
+may instead expose the module as ``source_embedding``). The T+1 target positions are batched: the
+sentence is repeated T+1 times and copy t back-propagates only f_t, so one backward pass gives all
+rows. Everything runs under ``torch.enable_grad()`` (and outside inference mode), so it works from
+inference code; cuDNN is off for the backward pass (cuDNN RNNs only back-propagate in training mode).
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from .alignment import AlignmentRecord, _rounded, normalize_rows
+from ..errors import UserError
+from ..models.base import EncoderDecoder
+from ..decoding.quantize import is_quantized
+from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+METHODS = ("gradient", "integrated-gradients", "occlusion")
+GRADIENT_METHODS = ("gradient", "integrated-gradients")
+
+
+@dataclass
+class Attribution:
+    """One method's ``(T+1, S+1)`` attribution of one translation (see the module docstring)."""
+
+    method: str
+    raw: np.ndarray  # (T+1, S+1) signed values
+    scores: np.ndarray  # (T+1, S+1) non-negative importances
+    steps: int | None = None  # integrated gradients only
+
+    @property
+    def matrix(self) -> np.ndarray:
+        """``scores`` with rows normalized to sum to 1 over the S+1 source columns (for display)."""
+        return normalize_rows(self.scores)
+
+    def record(self, index: int, source: str, target: str, src_pieces: Sequence[str],
+               tgt_pieces: Sequence[str], include_eos: bool = False, method: str = "argmax",
+               threshold: float = 0.3) -> AlignmentRecord:
+        """``matrix`` as an AlignmentRecord (word merge, EOS policy, hard links), like attention."""
+        return AlignmentRecord.build(index, source, target, src_pieces, tgt_pieces,
+                                     self.matrix[None, None], layer=0, heads="mean",
+                                     include_eos=include_eos, method=method, threshold=threshold)
+
+    def record_for(self, translation, index: int, **options) -> AlignmentRecord:
+        """``record`` labelled with a ``Translation``'s texts and pieces (options: include_eos,
+        method, threshold)."""
+        return self.record(index, translation.source, translation.text, translation.src_pieces,
+                           translation.tgt_pieces, **options)
+
+    def to_json(self, record: AlignmentRecord) -> dict:
+        """The export entry: ``record`` is ``self.record(...)`` (labels are the attention's)."""
+        return {
+            "method": self.method, "steps": self.steps,
+            "normalization": "rows of max(raw, 0)" if self.method == "occlusion" else "rows of |raw|",
+            "raw_matrix": _rounded(self.raw), "raw_shape": list(self.raw.shape),
+            "subword_matrix": _rounded(record.subword), "word_matrix": _rounded(record.words),
+            "subword_shape": list(record.subword.shape), "word_shape": list(record.words.shape),
+            "pharaoh_subword": record.pharaoh_subword, "pharaoh_word": record.pharaoh_word,
+        }
+
+
+# ----------------------------------------------------------------------------- scoring
+
+
+@contextlib.contextmanager
+def _eval(model: nn.Module, grad: bool) -> Iterator[None]:
+    """Eval mode (no dropout); autograd on or off; the training flag is restored afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        if grad:
+            with torch.inference_mode(False), torch.enable_grad(), torch.backends.cudnn.flags(enabled=False):
+                yield
+        else:
+            with torch.no_grad():
+                yield
+    finally:
+        model.train(was_training)
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _pad(rows: Sequence[Sequence[int]], device: torch.device) -> torch.Tensor:
+    out = torch.full((len(rows), max(len(r) for r in rows)), PAD_ID, dtype=torch.long)  # (B, len)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(list(row), dtype=torch.long)
+    return out.to(device)
+
+
+def _target_tensors(targets: Sequence[Sequence[int]], device: torch.device):
+    """tgt_in = BOS y (B, T+1) and tgt_out = y EOS (B, T+1), padded."""
+    return (_pad([[BOS_ID, *t] for t in targets], device), _pad([[*t, EOS_ID] for t in targets], device))
+
+
+def teacher_force(model: EncoderDecoder, sources: Sequence[Sequence[int]],
+                  targets: Sequence[Sequence[int]], need_attention: bool = False,
+                  batch_size: int = 64) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+    """Score given outputs: per pair, log p(y_t | y_<t, x) for the T tokens and EOS -> (T+1,),
+    and with ``need_attention`` the attention (L, H, T+1, S) over the real source positions.
+
+    ``sources`` are ids with their trailing EOS (PAD = 0 positions are masked out); ``targets``
+    are ids without BOS/EOS. Model in eval mode, no autograd.
+    """
+    if len(sources) != len(targets):
+        raise ValueError(f"teacher_force: {len(sources)} sources but {len(targets)} targets")
+    device = _device(model)
+    log_probs: list[np.ndarray] = []
+    attentions: list[np.ndarray] = []
+    with _eval(model, grad=False):
+        for start in range(0, len(sources), batch_size):
+            src = _pad(sources[start:start + batch_size], device)  # (B, S)
+            tgt_in, tgt_out = _target_tensors(targets[start:start + batch_size], device)
+            logits, attn = model(src, src != PAD_ID, tgt_in, need_attention=need_attention)
+            lp = logits.float().log_softmax(-1).gather(2, tgt_out.unsqueeze(2)).squeeze(2)  # (B, T+1)
+            for row, target in enumerate(targets[start:start + batch_size]):
+                log_probs.append(lp[row, : len(target) + 1].cpu().numpy())
+                if need_attention:
+                    keep = (src[row] != PAD_ID).cpu()
+                    attentions.append(attn[row, :, :, : len(target) + 1].float().cpu()[..., keep].numpy())
+    return log_probs, attentions if need_attention else None
+
+
+# ----------------------------------------------------------------------------- gradients
+
+
+@contextlib.contextmanager
+def _replace_source_embedding(model: nn.Module, src: torch.Tensor, replace) -> Iterator[dict]:
+    """While active, the embedding call whose input is ``src`` returns ``replace(output)``.
+    Yields a dict counting such calls (``calls``), so a model that never embeds ``src`` directly
+    is reported instead of silently giving zeros."""
+    seen = {"calls": 0}
+
+    def hook(module, args, output):
+        if args and args[0] is src:
+            seen["calls"] += 1
+            return replace(output)
+        return None
+
+    explicit = getattr(model, "source_embedding", None)
+    modules = [explicit] if isinstance(explicit, nn.Module) else [
+        m for m in model.modules() if isinstance(m, nn.Embedding)]
+    handles = [m.register_forward_hook(hook) for m in modules]
+    try:
+        yield seen
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _grad_times_input(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[int],
+                      alphas: Sequence[float]) -> np.ndarray:
+    """(T+1, S+1) signed: mean over alpha of sum_d df_t/dx_{s,d}(alpha e) * e_{s,d}."""
+    device = _device(model)
+    rows = len(tgt_ids) + 1
+    src = _pad([src_ids] * rows, device)  # (T+1, S+1): copy t is used for target position t only
+    tgt_in, tgt_out = _target_tensors([tgt_ids] * rows, device)
+    position = torch.arange(rows, device=device)
+    total = torch.zeros(rows, len(src_ids), dtype=torch.float64, device=device)
+    for alpha in alphas:
+        captured = {}
+
+        def scaled(output: torch.Tensor) -> torch.Tensor:
+            captured["e"] = output.detach()
+            captured["x"] = (alpha * output.detach()).requires_grad_(True)  # (T+1, S+1, D)
+            return captured["x"]
+
+        with _replace_source_embedding(model, src, scaled) as seen:
+            logits, _ = model(src, src != PAD_ID, tgt_in)  # (T+1, T+1, V)
+        if seen["calls"] != 1:
+            raise UserError(
+                f"attribution: the model embedded the source {seen['calls']} times (expected once); "
+                "give the model a 'source_embedding' attribute naming its source embedding module")
+        f = logits.float().log_softmax(-1)[position, position, tgt_out[0]]  # (T+1,) f_t on copy t
+        (grad,) = torch.autograd.grad(f.sum(), captured["x"])
+        total += (grad * captured["e"]).sum(-1).double()
+    return (total / len(alphas)).cpu().numpy()
+
+
+def gradient_x_input(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[int]) -> Attribution:
+    """Gradient x input on the source token embeddings (formula in the module docstring)."""
+    with _eval(model, grad=True):
+        raw = _grad_times_input(model, src_ids, tgt_ids, [1.0])
+    return Attribution("gradient", raw, np.abs(raw))
+
+
+def integrated_gradients(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[int],
+                         steps: int = 16) -> Attribution:
+    """Integrated gradients from the all-zero source embedding, ``steps`` midpoint samples."""
+    if steps < 1:
+        raise UserError(f"integrated gradients needs steps >= 1 (--ig-steps), got {steps}")
+    with _eval(model, grad=True):
+        raw = _grad_times_input(model, src_ids, tgt_ids, [(k + 0.5) / steps for k in range(steps)])
+    return Attribution("integrated-gradients", raw, np.abs(raw), steps=steps)
+
+
+# ----------------------------------------------------------------------------- occlusion
+
+
+def occlusion(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[int],
+              batch_size: int = 64) -> Attribution:
+    """Leave-one-out: raw[t, s] = f_t(x) - f_t(x without x_s); the EOS column is 0."""
+    src_ids = list(src_ids)
+    variants = [src_ids[:s] + src_ids[s + 1:] for s in range(len(src_ids) - 1)]  # never drop EOS
+    log_probs, _ = teacher_force(model, [src_ids, *variants], [list(tgt_ids)] * (1 + len(variants)),
+                                 batch_size=batch_size)
+    raw = np.zeros((len(tgt_ids) + 1, len(src_ids)), dtype=np.float64)  # (T+1, S+1)
+    for s, lp in enumerate(log_probs[1:]):
+        raw[:, s] = log_probs[0].astype(np.float64) - lp
+    return Attribution("occlusion", raw, np.maximum(raw, 0.0))
+
+
+def attribute(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[int], method: str,
+              steps: int = 16) -> Attribution:
+    """Dispatch on ``method`` (one of ``METHODS``). ``src_ids`` end with EOS; ``tgt_ids`` exclude
+    BOS/EOS (e.g. ``Translation.src_tokens`` and ``Translation.tokens``)."""
+    if not src_ids or src_ids[-1] != EOS_ID:
+        raise ValueError("attribute: src_ids must end with EOS (id 3), as the model was trained")
+    if method in GRADIENT_METHODS and is_quantized(model):
+        raise UserError(f"attribution method {method!r} differentiates the model, and int8 layers "
+                        "(--precision int8) have no gradients; use occlusion, or --precision fp32")
+    if method == "gradient":
+        return gradient_x_input(model, src_ids, tgt_ids)
+    if method == "integrated-gradients":
+        return integrated_gradients(model, src_ids, tgt_ids, steps)
+    if method == "occlusion":
+        return occlusion(model, src_ids, tgt_ids)
+    raise UserError(f"unknown attribution method {method!r}; choose from {', '.join(METHODS)}")
+
+
+def attribute_translation(translator, translation, method: str, steps: int = 16) -> Attribution:
+    """Attribution of a ``Translation`` returned by ``translator.translate``."""
+    if not translation.src_tokens:
+        raise ValueError("attribute_translation: the translation has no source tokens (empty input)")
+    return attribute(translator.model, translation.src_tokens, translation.tokens, method, steps)

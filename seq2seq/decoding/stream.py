@@ -1,0 +1,208 @@
+"""What translate.py does: stream lines through a Translator, write outputs, alignments, plots, scores.
+
+Input is read and translated in chunks (one line at a time when stdin is a terminal), so the
+command works as an interactive filter and on files larger than memory; outputs are flushed
+after each chunk and always come out in input order, one line per input line.
+
+With --alignments / --plot-dir every sentence's attention (and, with --attribution, gradient x
+input / integrated gradients / occlusion matrices of the chosen output) is exported as one JSONL
+record (+ npz arrays) and plotted; see seq2seq/alignment.py for the schema. The aggregate matrix
+defaults to the penultimate decoder layer averaged over heads (--align-layer -2 --align-heads mean): Garg et
+al. (2019) found that layer's attention aligns best; RNNs have one layer and use it. EOS is
+dropped from matrices and links unless --include-eos.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import UserError
+from ..analysis.evaluation import corpus_scores
+from ..io_utils import atomic_output, chunks
+from .translator import Translation, Translator, default_batch_size, read_lines
+
+
+def translate_stream(args: argparse.Namespace) -> int:
+    """Run translate.py's job; returns the number of input lines translated."""
+    need_attention = bool(args.alignments or args.plot_dir)
+    _check_alignment_flags(args, need_attention)
+    translator = Translator.from_checkpoint(args.checkpoint, device=args.device,
+                                            max_input_tokens=args.max_input_tokens, precision=args.precision,
+                                            shortlist=args.shortlist)
+    if args.shortlist_sizes is not None:
+        if translator.shortlist is None:
+            raise UserError("--shortlist-sizes needs --shortlist")
+        translator.shortlist = translator.shortlist.with_sizes(*args.shortlist_sizes)
+    references = list(read_lines(args.reference)) if args.reference else None
+    interactive = args.input in (None, "-") and sys.stdin.isatty()
+    batch_size = default_batch_size(args.beam_size) if args.batch_size is None else args.batch_size
+    chunk_size = 1 if interactive else batch_size * 16
+    texts: list[str] = []  # kept only for --reference scoring
+    done = 0
+    with ExitStack() as stack:
+        out = stack.enter_context(atomic_output(args.output))
+        sink = stack.enter_context(_alignment_sink(args, translator)) if need_attention else None
+        for chunk in chunks(read_lines(args.input), chunk_size):
+            results = translator.translate(
+                chunk, beam_size=args.beam_size, length_penalty=args.length_penalty, n_best=args.n_best,
+                batch_size=batch_size, max_output_ratio=args.max_output_ratio, need_attention=need_attention,
+                first_line=done + 1,
+            )
+            _write_results(out, results, done, args.n_best)
+            if sink is not None:
+                sink.add(results, first_index=done)
+            if references is not None:
+                texts.extend(r.text for r in results)
+            done += len(results)
+    if references is not None:
+        _print_scores(texts, references, args)
+    return done
+
+
+def _check_alignment_flags(args: argparse.Namespace, need_attention: bool) -> None:
+    if args.attribution and not need_attention:
+        raise UserError("--attribution needs --alignments FILE and/or --plot-dir DIR to write its matrices to")
+    from ..analysis.attribution import GRADIENT_METHODS
+
+    gradients = [method for method in GRADIENT_METHODS if method in (args.attribution or [])]
+    if gradients and args.precision == "int8":
+        raise UserError(f"--attribution {' '.join(gradients)} differentiates the model, and --precision int8 "
+                        "layers have no gradients; use --attribution occlusion, or --precision fp32")
+    if "integrated-gradients" in (args.attribution or []) and args.ig_steps < 1:
+        raise UserError(f"--ig-steps must be >= 1, got {args.ig_steps}")
+
+
+def _write_results(out, results: list[Translation], offset: int, n_best: int) -> None:
+    for i, result in enumerate(results):
+        if n_best == 1:
+            out.write(result.text + "\n")
+        else:
+            for alt in result.alternatives or [result]:
+                out.write(f"{offset + i} ||| {alt.text} ||| {alt.score:.4f}\n")
+    out.flush()
+
+
+def _print_scores(texts: list[str], references: list[str], args: argparse.Namespace) -> None:
+    if len(texts) != len(references):
+        raise UserError(f"--reference {args.reference} has {len(references)} lines but the input "
+                        f"{args.input} has {len(texts)}; they must match line by line")
+    for score in corpus_scores(texts, references, ("bleu", "chrf")).values():
+        print(str(score), file=sys.stderr)
+
+
+class _alignment_sink:
+    """Collects translations for --alignments (JSONL + npz) and --plot-dir (heatmaps); with
+    --attribution also computes and exports/plots attribution matrices beside the attention."""
+
+    def __init__(self, args: argparse.Namespace, translator: Translator) -> None:
+        from ..analysis.alignment import AlignmentWriter
+
+        self.args, self.translator = args, translator
+        self.layer, self.heads = check_layer_heads(args.align_layer, args.align_heads, translator.model)
+        self.options = dict(include_eos=args.include_eos, method=args.align_method,
+                            threshold=args.align_threshold)
+        self.methods = list(dict.fromkeys(args.attribution or []))
+        self.writer = None
+        if args.alignments:
+            path = Path(args.alignments)
+            if path.suffix == ".npz":
+                raise UserError(f"--alignments {path}: give the JSONL path (e.g. align.jsonl); the "
+                                ".npz arrays are written beside it")
+            self.writer = AlignmentWriter(path, path.with_suffix(".npz"), layer=self.layer,
+                                          heads=self.heads, **self.options)
+
+    def __enter__(self):
+        if self.writer is not None:
+            self.writer.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.writer is not None:
+            return self.writer.__exit__(*exc)
+        return False
+
+    def add(self, results: list[Translation], first_index: int) -> None:
+        for i, result in enumerate(results):
+            record = self._record(result, first_index + i)
+            attributions = self._attributions(result, record) if result.attention is not None else []
+            if self.writer is not None:
+                self.writer.write(record)
+            if self.args.plot_dir and result.attention is not None:
+                self._plot(record, attributions)
+
+    def _record(self, result: Translation, index: int):
+        from ..analysis.alignment import AlignmentRecord
+
+        if result.attention is not None:
+            return result.alignment_record(index, self.layer, self.heads, **self.options)
+        model = self.translator.model  # empty input: an empty record keeps one JSONL line per input
+        empty = np.zeros((model.attention_layers, model.attention_heads, 0, 0), dtype=np.float32)
+        return AlignmentRecord.build(index, result.source, result.text, [], [], empty, self.layer,
+                                     self.heads, src_eos=False, tgt_eos=False, **self.options)
+
+    def _attributions(self, result: Translation, record) -> list:
+        """Attribution records of ``result``; stored in ``record``'s extra JSON keys / npz arrays."""
+        from ..analysis.attribution import attribute_translation
+
+        out = []
+        for name in self.methods:
+            attribution = attribute_translation(self.translator, result, name, self.args.ig_steps)
+            attr_record = attribution.record_for(result, record.index, **self.options)
+            record.extra.setdefault("attribution", {})[name] = attribution.to_json(attr_record)
+            record.extra_arrays[f"attr_{name}_raw"] = attribution.raw
+            record.extra_arrays[f"attr_{name}"] = attr_record.subword.astype(np.float32)
+            record.extra_arrays[f"attr_{name}_words"] = attr_record.words.astype(np.float32)
+            out.append((name, attr_record))
+        return out
+
+    def _plot(self, record, attributions: list) -> None:
+        """``{index:05d}.png/.svg`` (+ ``_grid.png``) and, with attributions, a side-by-side
+        ``{index:05d}_attribution.png``: attention | each method, word level, same colour scale."""
+        from ..analysis.plotting import plot_records, plot_side_by_side
+
+        out = Path(self.args.plot_dir)
+        plot_records([record], out)
+        if attributions:
+            heads = record.heads if isinstance(record.heads, str) else ",".join(map(str, record.heads))
+            titles = [f"attention (layer {record.layer_used}, heads {heads})"] + [n for n, _ in attributions]
+            matrices = [record.words] + [r.words for _, r in attributions]
+            plot_side_by_side(matrices, titles, record.src_words, [record.tgt_words] * len(matrices),
+                              out / f"{record.index:05d}_attribution.png")
+
+
+def check_layer_heads(layer: str, heads: str, model) -> tuple[int | str, str | list[int]]:
+    """Parse --align-layer / --align-heads and check them against the model before anything is translated."""
+    from ..analysis.alignment import _head_indices, resolve_layer
+
+    parsed_layer, parsed_heads = parse_layer(layer), parse_heads(heads)
+    try:
+        resolve_layer(parsed_layer, model.attention_layers)
+    except UserError as exc:
+        raise UserError(f"--align-layer {layer}: {exc}") from None
+    try:
+        _head_indices(parsed_heads, model.attention_heads)
+    except UserError as exc:
+        raise UserError(f"--align-heads {heads}: {exc}") from None
+    return parsed_layer, parsed_heads
+
+
+def parse_layer(value: str) -> int | str:
+    if value == "all":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise UserError(f"--align-layer must be an integer layer index or 'all', got {value!r}") from None
+
+
+def parse_heads(value: str) -> str | list[int]:
+    if value == "mean":
+        return value
+    try:
+        return [int(h) for h in value.split(",")]
+    except ValueError:
+        raise UserError(f"--align-heads must be 'mean' or comma-separated integers like 0,2, got {value!r}") from None

@@ -1,0 +1,276 @@
+"""Translate text with a trained model: the Python API behind translate.py and validation BLEU.
+
+    from seq2seq import Translator
+    translator = Translator.from_checkpoint("checkpoints/run/best.pt")
+    for t in translator.translate(["Ein Hund läuft."]):   # beam 5, as seq2seq translate
+        print(t.text, t.score, t.attention.shape)   # (layers, heads, tgt_len + 1, src_len + 1)
+
+Inputs are encoded with the run's SentencePiece model, sorted by length into batches, decoded by
+greedy or beam search, and returned in input order. Empty inputs give empty outputs without
+touching the model. Inputs longer than ``max_input_tokens`` subwords are cut to that length with a
+warning naming the line (the model never saw longer sentences; decoding cost grows with length).
+"""
+from __future__ import annotations
+
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+import numpy as np
+import torch
+
+from ..training.checkpoint import load_checkpoint, tensor_to_bytes
+from ..config import DecodeConfig, RunConfig
+from ..errors import UserError
+from ..models import build_model
+from ..models.base import EncoderDecoder
+from ..runtime import precision_warning, resolve_device
+from .search import translate_batch
+from ..tokenizer import EOS_ID, PAD_ID, Tokenizer
+
+if TYPE_CHECKING:  # imported where used: `python -m seq2seq.shortlist` must not find it imported already
+    from .shortlist import Shortlist
+
+#: Decoder rows (sentences x beams) per batch when no batch size is given: greedy batches of 320
+#: sentences, beam-5 batches of 64. Every decoding step reads all decoder weights however few rows
+#: it has, so greedy decoding gains from wide batches. Multi30k test, 2 AVX2 cores, greedy sent/s at
+#: 64 / 128 / 256 / 320 sentences per batch: RNN (12.4 M) 150 / 210 / 255 / 255, Transformer (9.6 M)
+#: 155 / 185 / 180 / 190; beam 5 is flat from 64 to 256 sentences (320 to 1,280 rows).
+DECODER_ROWS = 320
+
+DECODING_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
+                   "int8": torch.float32}  # int8: fp32 model, linear layers quantized (seq2seq.quantize)
+
+
+def default_batch_size(beam_size: int) -> int:
+    """Sentences per batch for ``beam_size`` when none is given: DECODER_ROWS / beam_size."""
+    return max(1, DECODER_ROWS // max(1, beam_size))
+
+
+@dataclass
+class Translation:
+    """One hypothesis for one input. ``attention`` rows: target pieces + EOS; columns: source
+    pieces + EOS; shape (layers, heads, len(tgt_pieces), len(src_pieces))."""
+
+    source: str
+    text: str
+    tokens: list[int]
+    score: float  # length-penalised log-probability used for ranking
+    log_prob: float
+    src_pieces: list[str] = field(default_factory=list)
+    tgt_pieces: list[str] = field(default_factory=list)
+    attention: np.ndarray | None = None
+    src_tokens: list[int] = field(default_factory=list)  # source ids incl. EOS (for attribution)
+    alternatives: list["Translation"] = field(default_factory=list)  # n-best list, best first
+
+    @property
+    def alignment(self) -> np.ndarray | None:
+        """(tgt_len + 1, src_len + 1) attention averaged over the heads of the default layer
+        (the penultimate decoder layer; the only one for RNNs)."""
+        if self.attention is None:
+            return None
+        from ..analysis.alignment import aggregate
+
+        return aggregate(self.attention)
+
+    def alignment_record(self, index: int, layer: int | str = -2, heads: str | list[int] = "mean",
+                         include_eos: bool = False, method: str = "argmax", threshold: float = 0.3):
+        """This translation's attention as an ``AlignmentRecord`` (word merge, Pharaoh links);
+        ``method`` "argmax" | "threshold" extracts the hard links (see seq2seq.alignment)."""
+        from ..analysis.alignment import AlignmentRecord
+
+        if self.attention is None:
+            raise ValueError("translate with need_attention=True to get alignments")
+        return AlignmentRecord.build(index, self.source, self.text, self.src_pieces, self.tgt_pieces,
+                                     self.attention, layer=layer, heads=heads, include_eos=include_eos,
+                                     method=method, threshold=threshold)
+
+
+class Translator:
+    """Translates with a model and its tokenizer; with a ``shortlist`` every batch is decoded over
+    the target tokens its sources can produce (``seq2seq.shortlist``), not the whole vocabulary."""
+
+    def __init__(self, model: EncoderDecoder, tokenizer: Tokenizer, device: torch.device | str = "cpu",
+                 max_input_tokens: int = DecodeConfig.max_input_tokens, shortlist: Shortlist | None = None) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
+        self.max_input_tokens = max_input_tokens
+        self.shortlist = shortlist
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, device: str = "auto",
+                        max_input_tokens: int = DecodeConfig.max_input_tokens,
+                        precision: str = "fp32", shortlist: str | Path | None = None) -> "Translator":
+        """``precision`` fp16 / bf16 stores the weights and runs decoding in half precision: it
+        halves the bytes every step reads, which is what bounds one-sentence-at-a-time decoding on
+        CPU (`bench-results/decode-2026-11-23-fp16.json`: Multi30k test, batch 1, AVX2, RNN 13.1 ->
+        33.3 and Transformer 13.9 -> 24.6 sentences/s in fp16, 195 / 199 of 200 outputs identical).
+        Wide CPU batches are ~3x slower in fp16 (no fast half-precision matrix kernels there). On a
+        CPU with native bf16 (AVX512-BF16 / AMX) bf16 is faster at every width
+        (`bench-results/decode-2026-11-24-*.json`, RNN, Multi30k test: greedy 384 -> 676, beam 5
+        101 -> 169, batch 1 21.8 -> 45.7 sentences/s; BLEU 31.48 / 31.82 -> 31.51 / 32.01, ~90% of
+        outputs identical); elsewhere bf16 is emulated and slow. On GPUs both are fast at any width.
+
+        ``precision`` int8 (CPU only) quantizes the linear layers and the decoder's RNN cells
+        (``seq2seq.quantize``: int8 weights, one scale per row; inputs quantized at each call) and
+        needs no half-precision kernels (`bench-results/decode-2026-11-25-int8-rnn.json`: AVX2, RNN,
+        Multi30k test: greedy 297 -> 503, beam 5 76 -> 136, batch 1 19 -> 59 sentences/s; BLEU
+        26.00 / 28.88 -> 25.87 / 29.02, 84-90% of outputs identical). An input's scale covers its
+        whole batch, so an int8 translation can depend on the sentences batched with it.
+
+        ``shortlist``: a file written by ``seq2seq.shortlist`` (train.py writes the run's
+        ``shortlist.npz``), or "auto" for the one next to the checkpoint."""
+        if precision not in DECODING_DTYPES:
+            raise UserError(f"--precision must be one of {', '.join(DECODING_DTYPES)}, got {precision!r}")
+        payload = load_checkpoint(path)
+        config = RunConfig.from_dict(payload["config"], source=f"checkpoint {path}")
+        tokenizer = Tokenizer.from_bytes(tensor_to_bytes(payload["tokenizer"]))
+        model = build_model(config.model)
+        try:
+            model.load_state_dict(payload["model"])
+        except RuntimeError as exc:
+            raise UserError(
+                f"checkpoint {path}: weights do not fit the model its config describes "
+                f"({str(exc).splitlines()[0][:200]}); was it written by another version?"
+            ) from None
+        dev = resolve_device(device)
+        if precision == "int8" and dev.type != "cpu":
+            raise UserError(f"--precision int8 runs on CPU only (quantized CPU kernels); on {dev.type} "
+                            "use --precision fp16 or bf16, or --device cpu")
+        slow = precision_warning(dev, precision) if precision == "bf16" else None  # fp16 is CUDA-only in training
+        if slow:
+            warnings.warn(slow, stacklevel=2)
+        if config.model.arch == "transformer" and config.model.positional == "learned":
+            max_input_tokens = min(max_input_tokens, config.model.max_positions - 1)
+        if shortlist is not None:
+            from .shortlist import FILE_NAME, Shortlist
+
+            if str(shortlist) == "auto":
+                run_dir = Path(path) if Path(path).is_dir() else Path(path).parent
+                shortlist = run_dir / FILE_NAME
+            shortlist = Shortlist.load(shortlist, tokenizer.sha256())
+            if shortlist.vocab_size != config.model.vocab_size:
+                raise UserError(f"shortlist covers {shortlist.vocab_size} tokens, checkpoint {path} has "
+                                f"{config.model.vocab_size}; rebuild it with `seq2seq shortlist`")
+        if precision == "int8":
+            from .quantize import quantize_for_decoding
+
+            model = quantize_for_decoding(model)
+        return cls(model.to(dev, DECODING_DTYPES[precision]), tokenizer, dev, max_input_tokens, shortlist)
+
+    def translate(
+        self,
+        sentences: Sequence[str],
+        beam_size: int = DecodeConfig.beam_size,
+        length_penalty: float = DecodeConfig.length_penalty,
+        n_best: int = DecodeConfig.n_best,
+        batch_size: int | None = DecodeConfig.batch_size,
+        max_output_ratio: float = DecodeConfig.max_output_ratio,
+        need_attention: bool = True,
+        progress: bool = False,
+        first_line: int = 1,
+    ) -> list[Translation]:
+        """Translate ``sentences`` (a list of strings, one sentence each); the result is in input
+        order. The defaults are ``seq2seq translate``'s (``DecodeConfig``: beam 5). ``batch_size``
+        sentences are decoded together (default: ``default_batch_size(beam_size)``); ``first_line``
+        numbers the first sentence in warnings (for streamed input)."""
+        if isinstance(sentences, (str, bytes)):
+            raise UserError("Translator.translate takes a list of sentences, got one string; "
+                            "use translate([text]) (a string would be read as one sentence per character)")
+        if beam_size < 1 or n_best < 1 or n_best > beam_size:
+            raise UserError(f"need 1 <= --n-best ({n_best}) <= --beam-size ({beam_size})")
+        if batch_size is None:
+            batch_size = default_batch_size(beam_size)
+        if batch_size < 1:
+            raise UserError(f"--batch-size must be positive, got {batch_size}")
+        encoded = [self._encode(text, line) for line, text in enumerate(sentences, start=first_line)]
+        results: list[Translation | None] = [None] * len(sentences)
+        order = sorted((i for i, ids in enumerate(encoded) if ids), key=lambda i: -len(encoded[i]))
+        for i, text in enumerate(sentences):
+            if not encoded[i]:
+                results[i] = Translation(source=text, text="", tokens=[], score=0.0, log_prob=0.0)
+        batches = [order[k:k + batch_size] for k in range(0, len(order), batch_size)]
+        if progress:
+            from tqdm import tqdm
+
+            batches = tqdm(batches, desc="translate", unit="batch", file=sys.stderr)
+        for batch in batches:
+            src, src_mask = self._pad([encoded[i] for i in batch])
+            vocabulary = None if self.shortlist is None else self.shortlist.vocabulary(src, src_mask)
+            hypotheses = translate_batch(
+                self.model, src, src_mask, beam_size=beam_size, length_penalty=length_penalty,
+                n_best=n_best, max_len_ratio=max_output_ratio, need_attention=need_attention,
+                vocabulary=vocabulary,
+            )
+            for i, hyps in zip(batch, hypotheses):
+                results[i] = self._to_translation(sentences[i], encoded[i], hyps)
+        return results  # type: ignore[return-value]
+
+    def _encode(self, text: str, line: int) -> list[int]:
+        text = text.strip()
+        if not text:
+            return []
+        ids = self.tokenizer.encode(text)
+        if len(ids) > self.max_input_tokens:
+            print(
+                f"warning: input line {line} has {len(ids)} subword tokens; translating only the "
+                f"first {self.max_input_tokens} (raise --max-input-tokens to change)",
+                file=sys.stderr,
+            )
+            ids = ids[: self.max_input_tokens]
+        return ids + [EOS_ID]
+
+    def _pad(self, sequences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(s) for s in sequences)
+        src = torch.full((len(sequences), width), PAD_ID, dtype=torch.long)  # (batch, src_len)
+        for row, ids in enumerate(sequences):
+            src[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        src = src.to(self.device)
+        return src, src != PAD_ID
+
+    def _to_translation(self, source: str, src_ids: list[int], hyps: list) -> Translation:
+        src_pieces = self.tokenizer.pieces(src_ids)
+        alternatives = []
+        for hyp in hyps:
+            attention = hyp.attention.float().cpu().numpy() if hyp.attention is not None else None
+            alternatives.append(Translation(
+                source=source, text=self.tokenizer.decode(hyp.tokens), tokens=list(hyp.tokens),
+                score=float(hyp.score), log_prob=float(hyp.log_prob), src_pieces=src_pieces,
+                tgt_pieces=self.tokenizer.pieces(list(hyp.tokens) + [EOS_ID]), attention=attention,
+                src_tokens=list(src_ids),
+            ))
+        best = alternatives[0]
+        best.alternatives = alternatives
+        return best
+
+
+def read_lines(path: str | Path | None) -> Iterable[str]:
+    """Lines of a UTF-8 file (or stdin for None / '-'), without their newline; errors name the line."""
+    if path in (None, "-"):
+        stream = sys.stdin.buffer
+        name = "<stdin>"
+    else:
+        if not Path(path).is_file():
+            raise UserError(f"input file {path}: no such file")
+        stream = open(path, "rb")
+        name = str(path)
+    with stream if name != "<stdin>" else _NoClose(stream) as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                yield raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as exc:
+                raise UserError(f"{name} line {number}: not valid UTF-8 ({exc.reason}); convert the file to UTF-8") from None
+
+
+class _NoClose:
+    def __init__(self, stream):
+        self.stream = stream
+
+    def __enter__(self):
+        return self.stream
+
+    def __exit__(self, *exc):
+        return False

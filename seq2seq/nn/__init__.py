@@ -1,0 +1,1 @@
+"""Building blocks with their formulas: attention (scores, masks, multi-head), dropout, the loss."""

@@ -1,0 +1,298 @@
+"""Attention: masks, scaled dot-product, recurrent score functions, multi-head attention.
+
+Masks are boolean with True = may attend (keep). Attention weights on masked positions are
+exactly 0, and a row with nothing to attend to gives zero weights (never NaN).
+
+Nothing here keeps state on ``self`` between calls: projected keys and key/value caches are
+returned to the caller (the model puts them in its ``memory`` / ``state`` dicts), so modules are
+safe under beam reordering and concurrent use.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .dropout import dropout as cheap_dropout
+from ..errors import UserError
+from ..tokenizer import PAD_ID
+
+
+# --------------------------------------------------------------------------- masks
+
+
+def padding_mask(x: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
+    """True on real tokens. ``x`` is either lengths (batch,) or token ids (batch, len) padded with 0."""
+    if x.dim() == 2:
+        return x != PAD_ID  # (batch, len)
+    if x.dim() != 1:
+        raise ValueError(f"padding_mask expects lengths (batch,) or ids (batch, len), got {tuple(x.shape)}")
+    width = int(x.max().item()) if max_len is None else max_len
+    return torch.arange(width, device=x.device).unsqueeze(0) < x.unsqueeze(1)  # (batch, len)
+
+
+def causal_mask(n: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """(n, n) lower-triangular mask: position i may attend to positions j <= i."""
+    return torch.ones(n, n, dtype=torch.bool, device=device).tril()
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Softmax over the last dim; masked entries get exactly 0, fully masked rows all 0 (no NaN)."""
+    if mask is None:
+        return scores.softmax(dim=-1)
+    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    return scores.softmax(dim=-1).masked_fill(~mask, 0.0)
+
+
+def scaled_dot_product(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(Q K^T / sqrt(d_k)) V over the last two dims, any leading (batch, head) dims.
+
+    query (..., Tq, d_k), key (..., Tk, d_k), value (..., Tk, d_v), mask broadcastable to
+    (..., Tq, Tk). Returns context (..., Tq, d_v) and the weights (..., Tq, Tk); ``dropout`` is
+    applied to the weights used for the context only (the returned weights are the distribution).
+    """
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))  # (..., Tq, Tk)
+    weights = masked_softmax(scores, mask)
+    dropped = cheap_dropout(weights, dropout, training=True)
+    return dropped @ value, weights
+
+
+# ------------------------------------------------------------- recurrent attention scores
+
+
+class Score(nn.Module):
+    """Score of a decoder state (query) against every encoder state (key).
+
+    ``project_keys(keys)`` holds the query-independent part and is computed once per sentence
+    (in ``encode``); ``score(query, keys, projected_keys)`` is cheap per decoder step. The query
+    is (B, Dq) -> scores (B, S), or (B, T, Dq) -> (B, T, S) for all target steps at once.
+    """
+
+    def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        return keys
+
+    def score(
+        self, query: torch.Tensor, keys: torch.Tensor, projected_keys: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        projected = self.project_keys(keys) if projected_keys is None else projected_keys
+        if query.dim() == 2:
+            return self._score(query.unsqueeze(1), projected).squeeze(1)  # (B, S)
+        return self._score(query, projected)  # (B, T, S)
+
+    def _score(self, query: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        """query (B, T, Dq), projected keys (B, S, .) -> (B, T, S)."""
+        raise NotImplementedError
+
+
+class AdditiveScore(Score):
+    """Bahdanau et al. (2015): score(s, h) = v^T tanh(W s + U h); U h is precomputed.
+
+    Evaluated as 2 v^T sigmoid(2 (W s + U h)) - sum_i v_i, the same numbers since
+    tanh(x) = 2 sigmoid(2x) - 1: PyTorch's CPU sigmoid is much faster than its tanh (2.1 vs 7.1 ms
+    over the 320 x 20 x 512 energies of one beam-search step, AVX2, torch 2.13), and this is the
+    largest elementwise tensor of the RNN. ``project_keys`` therefore returns 2 U h.
+    """
+
+    def __init__(self, query_dim: int, key_dim: int, hidden: int) -> None:
+        super().__init__()
+        self.query_proj = nn.Linear(query_dim, hidden, bias=False)  # W
+        self.key_proj = nn.Linear(key_dim, hidden, bias=True)  # U (its bias is the layer's bias)
+        self.v = nn.Linear(hidden, 1, bias=False)
+        self.v.keep_float = True  # its weight is read directly below: not quantized (seq2seq.quantize)
+
+    def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        return 2 * self.key_proj(keys)  # (B, S, hidden): 2 U h, once per sentence
+
+    def _score(self, query: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        # keys first: with T = 1 (a decoding step) this order is 2x faster on CPU (2.6 vs 5.2 ms for
+        # 320 x 36 x 512; same numbers), at training shapes the same speed
+        energy = projected.unsqueeze(1) + (2 * self.query_proj(query)).unsqueeze(2)  # (B, T, S, hidden)
+        gate = energy.sigmoid_()  # in place: sigmoid's backward needs only its output
+        return 2 * self.v(gate).squeeze(-1) - self.v.weight.sum()  # (B, T, S)
+
+
+class ConcatScore(AdditiveScore):
+    """Luong et al. (2015) concat: score(s, h) = v^T tanh(W [s; h]) = v^T tanh(W_s s + W_h h).
+
+    W is split into its s and h halves so that W_h h is precomputed; the form is the same as
+    Bahdanau's additive score (which is why it shares the implementation).
+    """
+
+
+class DotScore(Score):
+    """Luong et al. (2015) dot: score(s, h) = s^T h.
+
+    When the key size differs from the query size (bidirectional encoder 2H vs decoder size),
+    keys are first mapped to the query size by a bias-free linear layer, once per sentence:
+    score(s, h) = s^T (P h). With 2 * hidden_size == decoder_hidden_size there is no projection.
+    """
+
+    scale: bool = False
+
+    def __init__(self, query_dim: int, key_dim: int, always_project: bool = False) -> None:
+        super().__init__()
+        project = always_project or key_dim != query_dim
+        self.key_proj = nn.Linear(key_dim, query_dim, bias=False) if project else None
+
+    def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        return keys if self.key_proj is None else self.key_proj(keys)  # (B, S, Dq)
+
+    def _score(self, query: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        scores = query @ projected.transpose(1, 2)  # (B, T, S)
+        return scores / math.sqrt(query.size(-1)) if self.scale else scores
+
+
+class GeneralScore(DotScore):
+    """Luong et al. (2015) general: score(s, h) = s^T W h; W h is precomputed."""
+
+    def __init__(self, query_dim: int, key_dim: int) -> None:
+        super().__init__(query_dim, key_dim, always_project=True)  # key_proj is W
+
+
+class ScaledDotScore(DotScore):
+    """Vaswani et al. (2017) scaled dot: score(s, h) = s^T h / sqrt(d) (keys projected as for dot)."""
+
+    scale = True
+
+
+class CosineScore(DotScore):
+    """Cosine similarity with a learned sharpness g (Graves et al. 2014, "key strength"):
+    score(s, h) = g * s^T h / (|s| |h|). Normalised keys are precomputed; g starts at 5 so that
+    the softmax over scores in [-g, g] is not nearly uniform at initialisation."""
+
+    def __init__(self, query_dim: int, key_dim: int) -> None:
+        super().__init__(query_dim, key_dim)
+        self.gain = nn.Parameter(torch.tensor(5.0))
+
+    def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        return F.normalize(super().project_keys(keys), dim=-1)  # (B, S, Dq) unit vectors
+
+    def _score(self, query: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        return self.gain * (F.normalize(query, dim=-1) @ projected.transpose(1, 2))  # (B, T, S)
+
+
+SCORES = ("bahdanau", "luong-dot", "luong-general", "luong-concat", "scaled-dot", "cosine")
+
+
+def build_score(name: str, query_dim: int, key_dim: int, hidden: int | None = None) -> Score:
+    """Score module by name (one of ``SCORES``); ``hidden`` is the additive layer size."""
+    hidden = hidden or query_dim
+    if name == "bahdanau":
+        return AdditiveScore(query_dim, key_dim, hidden)
+    if name == "luong-concat":
+        return ConcatScore(query_dim, key_dim, hidden)
+    simple = {"luong-dot": DotScore, "luong-general": GeneralScore, "scaled-dot": ScaledDotScore,
+              "cosine": CosineScore}
+    if name not in simple:
+        raise UserError(f"--attention must be one of {', '.join(SCORES)}, got {name!r}")
+    return simple[name](query_dim, key_dim)
+
+
+class RecurrentAttention(nn.Module):
+    """One attention distribution per decoder state: a = softmax(score(s, h)), c = sum_j a_j h_j."""
+
+    def __init__(self, score: Score) -> None:
+        super().__init__()
+        self.scorer = score
+
+    def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        """Query-independent part of the score, computed once per sentence."""
+        return self.scorer.project_keys(keys)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        values: torch.Tensor,
+        mask: torch.Tensor,
+        projected_keys: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """query (B, Dq) or (B, T, Dq); values = keys (B, S, Dk); mask (B, S) True = real token.
+
+        Returns context (B, Dk) and weights (B, S) (or (B, T, Dk) and (B, T, S)).
+        """
+        scores = self.scorer.score(query, values, projected_keys)
+        step = query.dim() == 2
+        weights = masked_softmax(scores, mask if step else mask.unsqueeze(1))
+        if step:
+            return torch.bmm(weights.unsqueeze(1), values).squeeze(1), weights  # (B, Dk), (B, S)
+        return torch.bmm(weights, values), weights  # (B, T, Dk), (B, T, S)
+
+
+# --------------------------------------------------------------------- multi-head attention
+
+
+class MultiHeadAttention(nn.Module):
+    """Vaswani et al. (2017): MHA(Q, K, V) = [head_1; ...; head_h] W_O,
+    head_i = softmax(Q W_Q^i (K W_K^i)^T / sqrt(d_k)) V W_V^i.
+
+    On CPU the weights are computed explicitly (with the cheap dropout of :mod:`seq2seq.dropout`
+    in training); on other devices the fused ``F.scaled_dot_product_attention`` kernel is used
+    unless ``need_weights``. Both give the same output. The explicit path is the faster one on
+    CPU at NMT sizes (2 cores, torch 2.13): fwd+bwd of a (300, 4, 16, 64) self-attention with
+    p = 0.1 takes 29 ms fp32 / 17 ms bf16 vs 36 / 26 ms fused, and one incremental decoding step
+    (300 rows, 20 keys) 0.8 vs 1.1 ms; the fused bf16 kernel even takes 120 ms fwd+bwd at p = 0.
+    """
+
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        if d_model % heads:
+            raise UserError(f"--d-model ({d_model}) must be divisible by --heads ({heads})")
+        self.heads, self.d_k, self.dropout = heads, d_model // heads, dropout
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.kv_proj = nn.Linear(d_model, 2 * d_model)  # fused W_K, W_V
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, heads * d_k) -> (B, heads, T, d_k)."""
+        return x.view(x.size(0), x.size(1), self.heads, self.d_k).transpose(1, 2)
+
+    def project_kv(self, key: torch.Tensor, value: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Projected keys and values, each (B, heads, Tk, d_k); cache these to attend repeatedly."""
+        if value is None or value is key:
+            k, v = self.kv_proj(key).chunk(2, dim=-1)
+        else:
+            d = self.heads * self.d_k
+            k = F.linear(key, self.kv_proj.weight[:d], self.kv_proj.bias[:d])
+            v = F.linear(value, self.kv_proj.weight[d:], self.kv_proj.bias[d:])
+        return self._split(k), self._split(v)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor | None = None,
+        value: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        need_weights: bool = False,
+        kv_cache: tuple[torch.Tensor, torch.Tensor] | None = None,
+        is_causal: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """query (B, Tq, D); key/value (B, Tk, D), or ``kv_cache`` = already projected (k, v) from
+        ``project_kv``; mask broadcastable to (B, heads, Tq, Tk), True = may attend.
+
+        Returns output (B, Tq, D) and, if ``need_weights``, weights (B, heads, Tq, Tk).
+        """
+        q = self._split(self.q_proj(query))  # (B, H, Tq, d_k)
+        k, v = kv_cache if kv_cache is not None else self.project_kv(key, value)  # (B, H, Tk, d_k)
+        p = self.dropout if self.training else 0.0
+        explicit = need_weights or q.device.type == "cpu"
+        fused_causal = is_causal and mask is None and not explicit  # let the kernel build the mask
+        if is_causal and not fused_causal:
+            causal = causal_mask(q.size(2), q.device)  # (Tq, Tk), Tq == Tk
+            mask = causal if mask is None else mask & causal
+        if explicit:
+            context, weights = scaled_dot_product(q, k, v, mask, dropout=p)
+            weights = weights if need_weights else None
+        else:
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
+                                                     is_causal=fused_causal)
+            weights = None
+        context = context.transpose(1, 2).reshape(query.size(0), query.size(1), -1)  # (B, Tq, D)
+        return self.out_proj(context), weights

@@ -1,0 +1,117 @@
+"""A run's corpus, ready to train on: cleaned, tokenized once, and batched by tokens.
+
+``prepare_run_corpus`` is the one place that goes from a ``RunConfig`` to batches: through
+``seq2seq.data.prepare_data`` it loads the corpus (directory, table files, hub, or the embedded toy
+corpus), cleans it, trains or reuses the run's joint SentencePiece model, encodes every split once
+through ``datasets.map`` into a cache, and wraps the result in a ``PreparedCorpus``. With
+``data.streaming`` the training split is instead read, tokenized and batched on the fly
+(``StreamingCorpus``, see ``seq2seq.data.streaming``).
+
+Under ``torchrun`` rank 0 prepares first (tokenizer, cache) while the others wait; they then reuse
+what it wrote, so ``--output-dir`` (and ``--cache-dir``) must be on a filesystem all nodes share.
+The training process reads the cached corpus memory-mapped: only the token-id columns are touched
+(zero-copy), and the text columns only for validation/test translation.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, TypeVar
+
+from datasets import DatasetDict, IterableDataset
+
+from . import distributed
+from ..config import RunConfig
+from ..data import Batch, TokenBatchSampler, TokenColumns, make_batches, prepare_data
+from ..errors import UserError
+from ..runtime import log
+from ..tokenizer import Tokenizer
+
+T = TypeVar("T")
+
+
+@dataclass
+class PreparedCorpus:
+    tokenizer: Tokenizer
+    splits: DatasetDict  # columns src, tgt, src_ids, tgt_ids (memory-mapped Arrow)
+    max_tokens: int
+    seed: int
+    rank: int = 0  # this process's shard of the training batches ...
+    world_size: int = 1  # ... out of this many (see TokenBatchSampler)
+
+    def __post_init__(self) -> None:
+        self.columns = {name: TokenColumns(data) for name, data in self.splits.items()}
+        self.train_sampler = TokenBatchSampler.for_columns(
+            self.columns["train"], self.max_tokens, shuffle=True, seed=self.seed,
+            rank=self.rank, world_size=self.world_size,
+        )
+
+    def train_batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
+        """This rank's batches of ``epoch`` in training order, skipping the first ``start``."""
+        return make_batches(self.columns["train"], self.train_sampler.batches(epoch)[start:])
+
+    def eval_batches(self, split: str) -> Iterator[Batch]:
+        sampler = TokenBatchSampler.for_columns(self.columns[split], self.max_tokens, shuffle=False)
+        return make_batches(self.columns[split], sampler.batches(0))
+
+    def texts(self, split: str, limit: int = 0) -> tuple[list[str], list[str]]:
+        data = self.splits[split]
+        if limit:
+            data = data.select(range(min(limit, len(data))))
+        return list(data["src"]), list(data["tgt"])
+
+
+@dataclass
+class StreamingCorpus(PreparedCorpus):
+    """The training split as this rank's encoded stream; ``splits`` holds only validation and test.
+
+    Resuming mid-epoch replays the epoch's stream up to the saved position (reading and tokenizing
+    it again, without training): exact, at the cost of that re-read.
+    """
+
+    stream: IterableDataset | None = None
+    window: int = 100
+
+    def __post_init__(self) -> None:
+        from ..data.streaming import StreamBatcher
+
+        self.columns = {name: TokenColumns(data) for name, data in self.splits.items()}
+        self.batcher = StreamBatcher(self.stream, self.max_tokens, self.seed, self.window)
+
+    def train_batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
+        return self.batcher.batches(epoch, start)
+
+
+def prepare_run_corpus(cfg: RunConfig, output_dir: Path, quiet: bool = False) -> PreparedCorpus:
+    """Tokenizer (``<output_dir>/spm.model``, reused if it matches) and the encoded corpus (cached
+    under ``data.cache_dir``, reused across runs with the same corpus, cleaning and tokenizer)."""
+    if quiet:
+        import datasets
+
+        datasets.disable_progress_bars()
+    rank, world, tokenizer_path = distributed.rank(), distributed.world_size(), output_dir / "spm.model"
+    if cfg.data.streaming:
+        from ..data.streaming import prepare_stream
+
+        tokenizer, stream, splits = distributed.main_first(lambda: _reuse_main(tokenizer_path, lambda: prepare_stream(
+            cfg.data, tokenizer_path, cfg.train.seed, rank, world)))
+        log("corpus", quiet=quiet, vocab=tokenizer.vocab_size, train_pairs="stream",
+            **{f"{name}_pairs": len(data) for name, data in splits.items()})
+        return StreamingCorpus(tokenizer, splits, cfg.data.max_tokens, cfg.train.seed, rank, world,
+                               stream=stream, window=cfg.data.stream_window)
+    tokenizer, splits = distributed.main_first(lambda: _reuse_main(tokenizer_path, lambda: prepare_data(
+        cfg.data, tokenizer_path, cfg.data.cache_dir)))
+    if len(splits["train"]) == 0:
+        raise UserError("the training split is empty; check --data-dir / --train-file and the filters")
+    log("corpus", quiet=quiet, vocab=tokenizer.vocab_size,
+        **{f"{name}_pairs": len(data) for name, data in splits.items()})
+    return PreparedCorpus(tokenizer, splits, cfg.data.max_tokens, cfg.train.seed, rank, world)
+
+
+def _reuse_main(tokenizer_path: Path, prepare: Callable[[], T]) -> T:
+    """``prepare()``; on ranks other than 0, first check that rank 0's tokenizer is visible here."""
+    if not distributed.is_main() and not tokenizer_path.is_file():
+        raise UserError(f"rank {distributed.rank()}: {tokenizer_path}, written by rank 0, is not visible "
+                        "here; multi-node runs need --output-dir and --cache-dir on a filesystem shared "
+                        "by all nodes")
+    return prepare()

@@ -1,0 +1,544 @@
+"""The training loop, shared by every architecture.
+
+Adam/AdamW; warmup + inverse-sqrt schedule for the Transformer, plateau decay (on validation loss)
+for the RNN; label-smoothed cross-entropy over target tokens; gradient clipping and accumulation;
+autocast precision; validation loss and BLEU every ``eval_every`` steps; early stopping on BLEU;
+``best.pt`` and ``last.pt`` written atomically; exact resume; Ctrl-C leaves a resumable checkpoint.
+
+Resume semantics: ``--resume`` reloads ``last.pt`` of the output directory and continues from the
+step after it with the same model, optimizer, schedule, RNG states, epoch and position inside the
+epoch, so an interrupted run ends with the same weights as an uninterrupted one. The stopping
+limits (``max_steps``, ``max_epochs``, ``max_minutes``, ``patience``) are taken from the command
+line of the resumed run; everything else comes from the checkpoint. ``max_minutes`` counts the
+wall-clock time of all sessions of the run together.
+
+Distributed (``torchrun``, see ``seq2seq.distributed``): every rank trains on its own shard of each
+epoch's batches, in lockstep; the loss of a step is normalised by its target tokens over all ranks, so
+N ranks with ``accumulate`` A compute the same update as one process with accumulate N*A over the
+same batches. Rank 0 alone validates (the others wait for its scores), writes checkpoints, logs,
+metrics and the summary, and decides ``max_minutes``; every other decision follows from values all
+ranks share. ``last.pt`` holds every rank's RNG state (``rng_ranks``), so a resume with the same
+number of ranks is exact; with another number, rank 0 takes the saved state, the others reseed
+from (seed, rank, step), and the position in the epoch is converted (a few batches may repeat).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+
+from . import distributed
+from .checkpoint import bytes_to_tensor, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from ..config import RunConfig
+from .corpus import PreparedCorpus, StreamingCorpus
+from ..errors import UserError
+from ..analysis.evaluation import corpus_scores
+from ..nn.loss import label_smoothed_cross_entropy
+from ..models import build_model
+from ..runtime import JsonlLog, autocast, log, peak_rss_mb, precision_warning, resolve_device, seed_everything
+from ..tokenizer import PAD_ID
+from ..decoding.translator import Translator
+
+LIMIT_FIELDS = ("max_steps", "max_epochs", "max_minutes", "patience", "eval_every")
+
+
+@dataclass
+class Progress:
+    """Everything about where a run is, saved in checkpoints."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0  # batches of the current epoch already consumed
+    best_bleu: float = -1.0
+    best_step: int = 0
+    evals_without_improvement: int = 0
+    elapsed: float = 0.0  # seconds, summed over sessions
+    train_seconds: float = 0.0  # seconds inside training steps only
+    tgt_tokens: int = 0  # over all ranks
+    stopped: str = ""
+    world_size: int = 1  # processes that trained; batch_in_epoch counts the batches of each
+
+
+class StepGroup(list):
+    """The micro-batches of one optimizer step on this rank, with the step's target tokens over all ranks."""
+
+    def __init__(self, batches: list, tokens: int) -> None:
+        super().__init__(batches)
+        self.tokens = tokens
+
+
+@dataclass
+class TrainResult:
+    output_dir: Path
+    best_checkpoint: Path
+    last_checkpoint: Path
+    progress: Progress
+    test_scores: dict[str, Any] = field(default_factory=dict)
+    parameters: int = 0
+    peak_rss_mb: float = 0.0
+    rank: int = 0  # under torchrun, only rank 0's result has test scores and reports
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.progress.tgt_tokens / max(self.progress.train_seconds, 1e-9)
+
+
+def default_lr(cfg: RunConfig) -> float:
+    """Peak learning rate: ``--lr`` (checkpoints written before it had a default stored 0 = 1e-3)."""
+    return cfg.train.lr if cfg.train.lr > 0 else 1e-3
+
+
+def schedule_kind(cfg: RunConfig) -> str:
+    """The resolved schedule; 'auto' (older checkpoints) means the architecture's."""
+    if cfg.train.schedule not in (None, "auto"):
+        return cfg.train.schedule
+    return "inverse-sqrt" if cfg.model.arch == "transformer" else "plateau"
+
+
+def build_optimizer(model: torch.nn.Module, cfg: RunConfig) -> torch.optim.Optimizer:
+    kinds = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+    if cfg.train.optimizer not in kinds:
+        raise UserError(f"--optimizer must be adam or adamw, got {cfg.train.optimizer!r}")
+    return kinds[cfg.train.optimizer](
+        model.parameters(), lr=default_lr(cfg), betas=tuple(cfg.train.betas),
+        weight_decay=cfg.train.weight_decay,
+    )
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: RunConfig):
+    """inverse-sqrt: lr(t) = lr * min(t / warmup, sqrt(warmup / t)); plateau: halve on no
+    validation-loss improvement for ``plateau_patience`` evaluations; constant."""
+    kind = schedule_kind(cfg)
+    if kind == "inverse-sqrt":
+        warmup = max(1, cfg.train.warmup_steps)
+        return torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: min((step + 1) / warmup, math.sqrt(warmup / (step + 1)))
+        )
+    if kind == "plateau":
+        return torch.optim.lr_scheduler.ReduceLROnPlateau(
+            optimizer, mode="min", factor=cfg.train.plateau_factor, patience=cfg.train.plateau_patience
+        )
+    if kind == "constant":
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    raise UserError(f"--schedule must be auto, inverse-sqrt, plateau or constant, got {kind!r}")
+
+
+def sequence_loss(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0,
+                  reuse_logits: bool = False) -> torch.Tensor:
+    """Summed label-smoothed cross-entropy over non-pad target tokens (fused: see ``loss.py``;
+    ``reuse_logits``: its backward writes the gradient over the logits)."""
+    return label_smoothed_cross_entropy(logits, target, label_smoothing, ignore_index=PAD_ID,
+                                        reuse_logits=reuse_logits)
+
+
+class Trainer:
+    """Owns the model, optimizer, schedule and progress of one run; ``fit`` runs it."""
+
+    def __init__(self, cfg: RunConfig, corpus: PreparedCorpus, quiet: bool = False) -> None:
+        self.cfg = cfg
+        self.corpus = corpus
+        self.quiet = quiet
+        self.device = distributed.local_device(resolve_device(cfg.train.device))
+        self.rank, self.world, self.main = distributed.rank(), distributed.world_size(), distributed.is_main()
+        self.out = Path(cfg.output_dir)
+        self.model = build_model(cfg.model).to(self.device)
+        self.optimizer = build_optimizer(self.model, cfg)
+        self.scheduler = build_scheduler(self.optimizer, cfg)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.train.precision == "fp16")
+        self.progress = Progress(world_size=self.world)
+        self.metrics = JsonlLog(self.out / "metrics.jsonl", enabled=self.main)
+        if self.world > 1:
+            seed_everything(cfg.train.seed + self.rank)  # same initial weights, own dropout noise per rank
+        self._rng_at_step = rng_state()
+        autocast(self.device, cfg.train.precision)  # validate --precision early
+        self.ddp = distributed.wrap_model(self.model, self.device)  # the model itself in one process
+        self.forward = compile_model(self.ddp) if cfg.train.compile else self.ddp
+
+    # ----------------------------------------------------------------- state
+    def state(self, rng_ranks: list | None = None) -> dict[str, Any]:
+        extra = {"rng_ranks": rng_ranks} if rng_ranks is not None else {}
+        return {
+            "config": self.cfg.to_dict(),
+            "tokenizer": bytes_to_tensor(self.corpus.tokenizer.to_bytes()),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "progress": vars(self.progress).copy(),
+            "rng": self._rng_at_step,
+            **extra,
+        }
+
+    def save(self, name: str, rng_ranks: list | None = None) -> Path | None:
+        """Write checkpoint ``name`` on rank 0 (other ranks write nothing and get None)."""
+        if not self.main:
+            return None
+        path = self.out / name
+        save_checkpoint(path, self.state(rng_ranks))
+        return path
+
+    def _save_last(self) -> None:
+        """``last.pt`` with every rank's RNG state; all ranks must call this at the same step."""
+        self.save("last.pt", distributed.gather(self._rng_at_step))
+
+    def restore(self, path: Path) -> None:
+        payload = load_checkpoint(path)
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.scheduler.load_state_dict(payload["scheduler"])
+        self.scaler.load_state_dict(payload["scaler"])
+        self.progress = Progress(**payload["progress"])
+        self.progress.stopped = ""
+        self._restore_rng(payload)
+        self._reshard_position()
+
+    def _restore_rng(self, payload: dict[str, Any]) -> None:
+        states = payload.get("rng_ranks")
+        if states is not None and len(states) == self.world:
+            state = states[self.rank]
+        elif self.rank == 0:
+            state = payload["rng"]
+        else:  # the run had another number of ranks: a fresh, reproducible stream for this rank
+            seed_everything(self.cfg.train.seed + self.rank + 1_000_003 * self.progress.step)
+            state = rng_state()
+        set_rng_state(state)
+        self._rng_at_step = state
+
+    def _reshard_position(self) -> None:
+        """Map the position inside the epoch to this number of ranks (exact when it did not change)."""
+        p = self.progress
+        if p.world_size != self.world and p.batch_in_epoch:
+            converted = p.batch_in_epoch * p.world_size // self.world
+            log("resume_ranks_changed", saved_ranks=p.world_size, ranks=self.world,
+                batch_in_epoch=f"{p.batch_in_epoch}->{converted}")
+            p.batch_in_epoch = converted
+        p.world_size = self.world
+
+    # ----------------------------------------------------------------- loop
+    def fit(self) -> Progress:
+        bar = self._progress_bar()
+        session_start = time.time() - self.progress.elapsed
+        try:
+            while not self.progress.stopped:
+                first_step, whole_epoch = self.progress.step, self.progress.batch_in_epoch == 0
+                for group in self._step_groups():
+                    self._step(group, bar, session_start)
+                    if self._should_stop():
+                        break
+                else:
+                    self._end_epoch(no_step=whole_epoch and self.progress.step == first_step)
+        except KeyboardInterrupt:
+            self.progress.stopped = "interrupted"  # checkpoint = state after the last completed step
+            log("interrupted", step=self.progress.step, checkpoint=self.out / "last.pt")
+        finally:
+            bar.close()
+        self._final_checkpoints()
+        return self.progress
+
+    def _step(self, group: StepGroup, bar, session_start: float) -> None:
+        t0 = time.time()
+        loss, tokens = self.train_step(group)
+        p = self.progress
+        p.train_seconds += time.time() - t0
+        p.tgt_tokens += tokens
+        p.step += 1
+        p.batch_in_epoch += len(group)
+        p.elapsed = time.time() - session_start
+        self._rng_at_step = rng_state()  # what a resume after this step restores
+        self._after_step(loss, tokens, bar)
+
+    def _end_epoch(self, no_step: bool) -> None:
+        p, tc = self.progress, self.cfg.train
+        if no_step:  # would loop forever
+            raise UserError(_NO_STEP.format(epoch=p.epoch, groups=tc.accumulate))
+        p.epoch += 1
+        p.batch_in_epoch = 0
+        if tc.max_epochs and p.epoch >= tc.max_epochs:
+            p.stopped = "max_epochs"
+
+    def _final_checkpoints(self) -> None:
+        if self.progress.stopped == "interrupted":
+            with distributed.ignore_interrupts():  # ranks may stop at different places: no collective
+                self.save("last.pt")
+        else:
+            if self.progress.step % max(self.cfg.train.eval_every, 1):
+                self._evaluate_and_checkpoint()
+            self._save_last()
+        if self.main and not (self.out / "best.pt").exists():
+            self.save("best.pt")
+
+    def _batch_groups(self) -> Iterator[list]:
+        """Groups of ``accumulate`` batches from the current epoch, resuming mid-epoch."""
+        batches = self.corpus.train_batches(self.progress.epoch, start=self.progress.batch_in_epoch)
+        group = []
+        for batch in batches:
+            group.append(batch)
+            if len(group) == self.cfg.train.accumulate:
+                yield group
+                group = []
+
+    def _step_groups(self) -> Iterator[StepGroup]:
+        """``_batch_groups`` with each step's target tokens over all ranks; all ranks stop together."""
+        count = lambda group: sum(b.num_tgt_tokens for b in group)  # noqa: E731
+        for group, tokens in distributed.lockstep(self._batch_groups(), count):
+            yield StepGroup(group, tokens)
+
+    def train_step(self, group: StepGroup | list) -> tuple[float, int]:
+        """One optimizer update from ``group`` micro-batches; loss is per target token of the step.
+
+        Each rank backpropagates sum(loss) / (tokens / world); DDP averages gradients over the world
+        ranks, giving sum over all ranks' batches of loss / tokens, as one process would compute.
+        ``tokens`` counts all ranks (``StepGroup.tokens``; a plain list counts its own batches).
+        """
+        self.model.train()
+        total_tokens = group.tokens if isinstance(group, StepGroup) else sum(b.num_tgt_tokens for b in group)
+        normaliser = total_tokens / self.world
+        total_loss = 0.0
+        for i, batch in enumerate(group):
+            batch = batch.to(self.device)
+            with distributed.no_sync(self.ddp, sync=i == len(group) - 1):
+                with autocast(self.device, self.cfg.train.precision):
+                    logits, _ = self.forward(batch.src, batch.src_mask, batch.tgt_in)
+                loss = sequence_loss(logits, batch.tgt_out, self.cfg.train.label_smoothing, reuse_logits=True)
+                self.scaler.scale(loss / normaliser).backward()
+            total_loss += loss.item()
+        [total_loss] = distributed.all_reduce_sum([total_loss])
+        self.scaler.unscale_(self.optimizer)
+        if self.cfg.train.clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        if not isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            self.scheduler.step()
+        return total_loss / max(total_tokens, 1), total_tokens
+
+    def _after_step(self, loss: float, tokens: int, bar) -> None:
+        p, tc = self.progress, self.cfg.train
+        lr = self.optimizer.param_groups[0]["lr"]
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{p.tgt_tokens / max(p.train_seconds, 1e-9):.0f}")
+        if p.step % max(tc.log_every, 1) == 0:
+            tok_s = p.tgt_tokens / max(p.train_seconds, 1e-9)
+            self.metrics.write({"kind": "train", "step": p.step, "epoch": p.epoch, "loss": loss, "lr": lr,
+                                "tokens_per_s": tok_s, "elapsed": p.elapsed})
+            if self.quiet:
+                log("train", step=p.step, epoch=p.epoch, loss=loss, lr=lr, tok_s=round(tok_s))
+        if tc.eval_every and p.step % tc.eval_every == 0:
+            self._evaluate_and_checkpoint()
+
+    def _should_stop(self) -> bool:
+        p, tc = self.progress, self.cfg.train
+        out_of_time = bool(tc.max_minutes) and distributed.broadcast_flag(p.elapsed >= tc.max_minutes * 60)
+        if tc.max_steps and p.step >= tc.max_steps:
+            p.stopped = "max_steps"
+        elif out_of_time:
+            p.stopped = "max_minutes"
+        elif tc.patience and p.evals_without_improvement >= tc.patience:
+            p.stopped = "early_stopping"
+        return bool(p.stopped)
+
+    # ----------------------------------------------------------------- evaluation
+    def _evaluate_and_checkpoint(self) -> None:
+        p = self.progress
+        scores = distributed.broadcast(self.validate() if self.main else None)  # the others wait
+        if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            self.scheduler.step(scores["loss"])
+        improved = scores["bleu"] > p.best_bleu
+        if improved:
+            p.best_bleu, p.best_step, p.evals_without_improvement = scores["bleu"], p.step, 0
+        else:
+            p.evals_without_improvement += 1
+        self.metrics.write({"kind": "valid", "step": p.step, "epoch": p.epoch, "elapsed": p.elapsed,
+                            "train_seconds": p.train_seconds, **scores})
+        log("valid", step=p.step, loss=scores["loss"], ppl=scores["ppl"], bleu=scores["bleu"],
+            best_bleu=p.best_bleu, elapsed_s=round(p.elapsed))
+        if improved:
+            self.save("best.pt")
+        self._save_last()
+
+    @torch.inference_mode()
+    def validate(self) -> dict[str, float]:
+        """Teacher-forced loss/perplexity and BLEU of greedy (or ``eval_beam_size``) decoding."""
+        self.model.eval()
+        loss_sum, tokens = 0.0, 0
+        for batch in self.corpus.eval_batches("validation"):
+            batch = batch.to(self.device)
+            with autocast(self.device, self.cfg.train.precision):
+                logits, _ = self.model(batch.src, batch.src_mask, batch.tgt_in)
+            loss_sum += sequence_loss(logits, batch.tgt_out).item()
+            tokens += batch.num_tgt_tokens
+        sources, references = self.corpus.texts("validation", self.cfg.train.eval_max_sentences)
+        translator = Translator(self.model, self.corpus.tokenizer, self.device)
+        hyps = translator.translate(sources, beam_size=self.cfg.train.eval_beam_size, need_attention=False)
+        bleu = corpus_scores([h.text for h in hyps], references, ("bleu",))["bleu"].score
+        loss = loss_sum / max(tokens, 1)
+        return {"loss": loss, "ppl": math.exp(min(loss, 50)), "bleu": bleu}
+
+    def _progress_bar(self):
+        from tqdm import tqdm
+
+        total = self.cfg.train.max_steps or None
+        return tqdm(total=total, initial=self.progress.step, desc="train", unit="step",
+                    disable=self.quiet or not self.main, dynamic_ncols=True, leave=False)
+
+
+_NO_STEP = ("epoch {epoch} gave no training step: the training data makes fewer batches than "
+            "--accumulate ({groups}) times the number of processes; use more data, a smaller "
+            "--max-tokens or a smaller --accumulate")
+
+
+def compile_model(model: torch.nn.Module) -> Callable[..., Any]:
+    """``torch.compile`` with dynamic shapes (batches vary in size and length). Compilation happens
+    at the first steps (minutes on a CPU); a failure there, e.g. no C++ compiler for the CPU backend,
+    becomes a UserError naming ``--compile``."""
+    from torch._dynamo.exc import TorchDynamoException
+
+    compiled = torch.compile(model, dynamic=True)
+
+    def forward(*args: Any) -> Any:
+        try:
+            return compiled(*args)
+        except TorchDynamoException as exc:
+            reason = (str(exc).strip().splitlines() or [""])[0][:300]
+            raise UserError(f"--compile: torch.compile failed ({type(exc).__name__}: {reason}); "
+                            "train without --compile") from None
+
+    return forward
+
+
+def train(cfg: RunConfig, resume: bool = False, quiet: bool = False, final_test: bool = False) -> TrainResult:
+    """Train a model as ``cfg`` says. With ``final_test``, the best checkpoint then translates the
+    test split (beam 5), its BLEU/chrF are returned and a few alignment heatmaps are plotted.
+
+    Under ``torchrun`` every process calls this: it joins the process group, trains its shard and
+    leaves; rank 0 prepares the corpus first, the others then load it (see ``seq2seq.distributed``).
+    """
+    cfg = cfg.resolved()  # the architecture's defaults, as `seq2seq train` fills them in
+    with distributed.process_group(resolve_device(cfg.train.device)):
+        return _train(cfg, resume, quiet, final_test)
+
+
+def _train(cfg: RunConfig, resume: bool, quiet: bool, final_test: bool) -> TrainResult:
+    from .corpus import prepare_run_corpus
+    from ..runtime import set_threads
+
+    out = Path(cfg.output_dir)
+    if resume:
+        cfg = _resumed_config(cfg, out)
+    elif (out / "last.pt").exists():
+        raise UserError(f"{out} already holds a run (last.pt); pass --resume to continue it "
+                        "or choose another --output-dir")
+    cfg.model.validate()
+    set_threads(cfg.train.threads)
+    seed_everything(cfg.train.seed)
+    slow = precision_warning(resolve_device(cfg.train.device), cfg.train.precision)  # before any work
+    if slow:
+        log("warning", message=slow)
+    out.mkdir(parents=True, exist_ok=True)
+    corpus = prepare_run_corpus(cfg, out, quiet=quiet)
+    cfg.model.vocab_size = corpus.tokenizer.vocab_size
+    if distributed.is_main():
+        write_config(cfg, out)
+        _write_shortlist(corpus, out, quiet)
+    trainer = Trainer(cfg, corpus, quiet=quiet)
+    if resume:
+        trainer.restore(out / "last.pt")
+        log("resume", step=trainer.progress.step, epoch=trainer.progress.epoch)
+    ranks = {"processes": trainer.world} if trainer.world > 1 else {}
+    log("start", arch=cfg.model.arch, attention=cfg.model.attention if cfg.model.arch == "rnn" else "-",
+        parameters=trainer.model.num_parameters(), device=trainer.device, output_dir=out, **ranks)
+    progress = trainer.fit()
+    result = TrainResult(out, out / "best.pt", out / "last.pt", progress,
+                         parameters=trainer.model.num_parameters(), peak_rss_mb=peak_rss_mb(), rank=trainer.rank)
+    log("stop", reason=progress.stopped, step=progress.step, best_bleu=progress.best_bleu,
+        best_step=progress.best_step, tok_s=round(result.tokens_per_second))
+    if not trainer.main:
+        return result
+    if final_test and progress.stopped != "interrupted" and len(corpus.splits.get("test", [])):
+        result.test_scores = test_best_checkpoint(trainer, out)
+    write_summary(result)
+    return result
+
+
+def write_config(cfg: RunConfig, out: Path) -> None:
+    """``RUN/config.yaml``: the effective config, which ``seq2seq train --config`` reads back to an equal one."""
+    from ..config import config_to_yaml
+    from ..io_utils import atomic_output
+
+    with atomic_output(out / "config.yaml") as handle:
+        handle.write(config_to_yaml(cfg, header=f"# seq2seq train --config {out / 'config.yaml'} reproduces this run's config"))
+
+
+def _write_shortlist(corpus, out: Path, quiet: bool) -> None:
+    """The run's lexical shortlist for ``translate.py --shortlist`` (IBM Model 1 on the training
+    split, at most 100k pairs; ~10 s for Multi30k), unless a resumed run already has one."""
+    from ..decoding import shortlist
+
+    path = out / shortlist.FILE_NAME
+    try:
+        if path.exists() and shortlist.Shortlist.load(path).tokenizer == corpus.tokenizer.sha256():
+            return
+    except UserError:  # unreadable: write it again
+        pass
+    if isinstance(corpus, StreamingCorpus):
+        log("shortlist", quiet=quiet, skipped="--streaming", build_with="seq2seq shortlist")
+        return
+    start = time.perf_counter()
+    try:
+        shortlist.build_for_run(corpus.columns["train"], corpus.tokenizer, path)
+    except UserError as exc:  # an optional decoding aid: never the reason a training run fails
+        log("shortlist", quiet=quiet, skipped=str(exc))
+        return
+    log("shortlist", quiet=quiet, path=path, seconds=round(time.perf_counter() - start, 1))
+
+
+def write_summary(result: TrainResult) -> None:
+    """``summary.json``: what a comparison or benchmark needs without loading the checkpoint."""
+    import json
+
+    from ..io_utils import atomic_output
+
+    p = result.progress
+    summary = {
+        "parameters": result.parameters, "steps": p.step, "epochs": p.epoch, "stopped": p.stopped,
+        "best_valid_bleu": p.best_bleu, "best_step": p.best_step, "elapsed_s": p.elapsed,
+        "train_s": p.train_seconds, "train_tgt_tokens": p.tgt_tokens,
+        "train_tgt_tokens_per_s": result.tokens_per_second, "peak_rss_mb": result.peak_rss_mb,
+        "test": {name: {"score": s.score, "signature": s.signature} for name, s in result.test_scores.items()},
+    }
+    with atomic_output(result.output_dir / "summary.json") as handle:
+        json.dump(summary, handle, indent=2)
+
+
+def test_best_checkpoint(trainer: Trainer, out: Path, beam_size: int = 5, plots: int = 3) -> dict[str, Any]:
+    """Translate the test split with ``best.pt``; write test.hyp, score it, plot a few alignments."""
+    from ..io_utils import atomic_output
+    from ..analysis.plotting import plot_records
+
+    trainer.model.load_state_dict(load_checkpoint(out / "best.pt")["model"])
+    sources, references = trainer.corpus.texts("test")
+    translator = Translator(trainer.model, trainer.corpus.tokenizer, trainer.device)
+    hyps = translator.translate(sources, beam_size=beam_size, need_attention=False)
+    with atomic_output(out / "test.hyp") as handle:
+        handle.writelines(h.text + "\n" for h in hyps)
+    scores = corpus_scores([h.text for h in hyps], references, ("bleu", "chrf"))
+    examples = translator.translate(sources[:plots], beam_size=beam_size, need_attention=True)
+    plot_records([t.alignment_record(i) for i, t in enumerate(examples)], out / "plots")
+    log("test", beam=beam_size, **{name: round(s.score, 2) for name, s in scores.items()},
+        hypotheses=out / "test.hyp", plots=out / "plots")
+    return scores
+
+
+def _resumed_config(cfg: RunConfig, out: Path) -> RunConfig:
+    """The checkpoint's config, with this invocation's stopping limits and device."""
+    payload = load_checkpoint(out / "last.pt")
+    saved = RunConfig.from_dict(payload["config"], source=f"checkpoint {out / 'last.pt'}")
+    for name in LIMIT_FIELDS + ("device", "threads"):
+        setattr(saved.train, name, getattr(cfg.train, name))
+    saved.output_dir = str(out)
+    return saved
