@@ -8,9 +8,9 @@ decodes the test split greedily and with beam 5 and writes a JSON record and a m
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -19,11 +19,13 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT, provenance, write_record
+from seq2seq.io_utils import markdown_table
+
 DEFAULT_DATA = os.environ.get("SEQ2SEQ_MULTI30K")  # Multi30k {split}.{lang} files, or --data-dir
 
 # The systems compared: the presets (seq2seq.config.PRESETS, configs/*.yaml), whose sizes are the
-# peers' (see ../shared/bench-peers): the same as the Joey NMT / OpenNMT-py runs.
+# peers' (see benchmarks/peers): the same as the Joey NMT / OpenNMT-py runs.
 SYSTEMS: dict[str, list[str]] = {
     "rnn-bahdanau": ["--preset", "rnn-bahdanau"],
     "rnn-luong-general": ["--preset", "rnn-luong"],
@@ -43,17 +45,6 @@ PEER_EMBEDDINGS = {"rnn-bahdanau": ["--no-tie-embeddings"], "rnn-luong-general":
 
 def system_flags(name: str, peer_sizes: bool) -> list[str]:
     return SYSTEMS[name] + (PEER_EMBEDDINGS[name] if peer_sizes else [])
-
-
-def machine() -> dict:
-    from seq2seq.runtime import cpu_has_native_bf16
-
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").open()
-                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
-    return {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-            "cpu": model, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "native_bf16": cpu_has_native_bf16(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
 def train_system(name: str, args: argparse.Namespace, run_dir: Path, shared_spm: Path | None) -> dict:
@@ -141,27 +132,25 @@ def decode_system(run_dir: Path, args: argparse.Namespace) -> dict:
     return results
 
 
-def markdown_table(record: dict) -> str:
-    rows = ["| system | params | train time | train tgt tok/s | peak RSS train | BLEU greedy / beam 5 | "
-            "chrF greedy / beam 5 | greedy sent/s | beam 5 sent/s | greedy bs1 sent/s |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+def quality_table(record: dict) -> str:
+    header = ["system", "params", "train time", "train tgt tok/s", "peak RSS train", "BLEU greedy / beam 5",
+              "chrF greedy / beam 5", "greedy sent/s", "beam 5 sent/s", "greedy bs1 sent/s"]
+    rows = []
     for name, r in record["systems"].items():
         t, d = r["train"], r["decode"]
-        rows.append(
-            f"| {name} | {t['parameters'] / 1e6:.1f} M | {t['elapsed_s'] / 60:.1f} min ({t['steps']} steps) | "
-            f"{t['train_tgt_tokens_per_s']:,.0f} | {t['peak_rss_mb'] / 1024:.1f} GB | "
-            f"{d['greedy']['bleu']:.2f} / {d['beam5']['bleu']:.2f} | {d['greedy']['chrf']:.1f} / "
-            f"{d['beam5']['chrf']:.1f} | {d['greedy']['sentences_per_s']:.1f} | "
-            f"{d['beam5']['sentences_per_s']:.1f} | {d['greedy_bs1']['sentences_per_s']:.1f} |")
-    return "\n".join(rows) + "\n"
+        rows.append([name, f"{t['parameters'] / 1e6:.1f} M", f"{t['elapsed_s'] / 60:.1f} min ({t['steps']} steps)",
+                     f"{t['train_tgt_tokens_per_s']:,.0f}", f"{t['peak_rss_mb'] / 1024:.1f} GB",
+                     f"{d['greedy']['bleu']:.2f} / {d['beam5']['bleu']:.2f}",
+                     f"{d['greedy']['chrf']:.1f} / {d['beam5']['chrf']:.1f}", f"{d['greedy']['sentences_per_s']:.1f}",
+                     f"{d['beam5']['sentences_per_s']:.1f}", f"{d['greedy_bs1']['sentences_per_s']:.1f}"])
+    return markdown_table(header, rows) + "\n"
 
 
 def quality(args: argparse.Namespace) -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    record = {"benchmark": "quality", "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M"),
-              "data": str(args.data_dir), "pair": f"{args.src}-{args.tgt}", "minutes_per_system": args.minutes,
-              "vocab_size": args.vocab_size, "machine": machine(), "systems": {}}
+    record = {**provenance("quality"), "data": str(args.data_dir), "pair": f"{args.src}-{args.tgt}",
+              "minutes_per_system": args.minutes, "vocab_size": args.vocab_size, "systems": {}}
     shared_spm = None
     for name in args.systems:
         run_dir = out / name
@@ -169,9 +158,9 @@ def quality(args: argparse.Namespace) -> dict:
         shared_spm = shared_spm or run_dir / "spm.model"
         record["systems"][name] = {"flags": system_flags(name, args.peer_sizes), "train": train_summary,
                                    "decode": decode_system(run_dir, args)}
-        (out / "quality.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    (out / "quality.md").write_text(markdown_table(record), encoding="utf-8")
-    print(markdown_table(record))
+        write_record(out / "quality.json", record)  # after every system: a crash keeps what was measured
+    write_record(out / "quality.json", record, quality_table(record))
+    print(quality_table(record))
     return record
 
 
@@ -199,9 +188,9 @@ def train_speed(name: str, args: argparse.Namespace) -> dict:
     from torch.utils.flop_counter import FlopCounterMode
 
     from seq2seq.cli import config_from_flags
-    from seq2seq.training.trainer.corpus import prepare_run_corpus
+    from seq2seq.training.corpus import prepare_run_corpus
     from seq2seq.runtime import peak_rss_mb, seed_everything
-    from seq2seq.training.trainer.trainer import Trainer
+    from seq2seq.training.trainer import Trainer
 
     run_dir = Path(args.out) / f"speed-{name}"
     model_flags = [*system_flags(name, peer_sizes=True), "--max-tokens", str(PEER_BATCH_MAX_TOKENS[name])]
@@ -213,7 +202,7 @@ def train_speed(name: str, args: argparse.Namespace) -> dict:
     corpus = prepare_run_corpus(cfg, run_dir, quiet=True)
     cfg.model.vocab_size = corpus.tokenizer.vocab_size
     trainer = Trainer(cfg, corpus, quiet=True)
-    batches = corpus.train_batches(0)
+    batches = (batch for epoch in itertools.count() for batch in corpus.train_batches(epoch))  # epochs on end
     for _ in range(args.warmup):
         trainer.train_step([next(batches)])
     with FlopCounterMode(display=False) as counter:
@@ -248,8 +237,7 @@ def speed(args: argparse.Namespace) -> dict:
     peaks = {f"{dtype}_{label}": matmul_peak(getattr(torch, dtype), shape)
              for dtype in dtypes for label, shape in
              (("square2048", (2048, 2048, 2048)), ("ffn4400x256x1024", (4400, 256, 1024)))}
-    record = {"benchmark": "speed", "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M"),
-              "machine": machine(), "matmul_gflop_per_s": peaks, "train": {}, "decode": {}}
+    record = {**provenance("speed"), "matmul_gflop_per_s": peaks, "train": {}, "decode": {}}
     for name in args.systems:
         child = out / f"speed-{name}.json"
         subprocess.run([sys.executable, str(Path(__file__).resolve()), "train-speed", name, "--json", str(child),
@@ -261,9 +249,8 @@ def speed(args: argparse.Namespace) -> dict:
         checkpoint = Path(args.checkpoints) / name / "best.pt" if args.checkpoints else None
         if checkpoint is not None and checkpoint.is_file():
             record["decode"][name] = decode_system(checkpoint.parent, args)
-    (out / "speed.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     table = speed_table(record)
-    (out / "speed.md").write_text(table, encoding="utf-8")
+    write_record(out / "speed.json", record, table)
     print(table)
     return record
 
@@ -278,16 +265,14 @@ def decode(args: argparse.Namespace) -> dict:
     for name, run_dir in runs.items():
         if not (run_dir / "best.pt").is_file():
             raise UserError(f"--checkpoints {args.checkpoints}: no {name}/best.pt")
-    record = {"benchmark": "decode", "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M"),
-              "machine": machine(), "test_split": args.test_split, "runs": {name: [] for name in runs}}
+    record = {**provenance("decode"), "test_split": args.test_split, "runs": {name: [] for name in runs}}
     for _ in range(args.repeats):
         for name, run_dir in runs.items():
             record["runs"][name].append(decode_system(run_dir, args))
     record["median_sentences_per_s"] = {
         name: {label: statistics.median(r[label]["sentences_per_s"] for r in results) for label in results[0]}
         for name, results in record["runs"].items()}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    write_record(args.out, record)
     print(json.dumps(record["median_sentences_per_s"], indent=2))
     return record
 
@@ -340,8 +325,7 @@ def profile_decoding(args: argparse.Namespace) -> dict:
     peak_shape = (batch * args.beam_size, out_dim, vocab)  # the output layer of a full batch
     peak = matmul_peak(torch.float32, peak_shape)
     record = {
-        "benchmark": "profile", "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": machine(), "checkpoint": str(checkpoint), "beam_size": args.beam_size, "batch_size": batch,
+        **provenance("profile"), "checkpoint": str(checkpoint), "beam_size": args.beam_size, "batch_size": batch,
         "precision": args.precision, "shortlist": bool(args.shortlist), "sentences": len(sources),
         "seconds": seconds, "sentences_per_s": len(sources) / seconds,
         "tgt_tokens_per_s": sum(len(h.tokens) + 1 for h in hyps) / seconds,
@@ -354,8 +338,7 @@ def profile_decoding(args: argparse.Namespace) -> dict:
                      "gflop": e.flops / 1e9} for e in ops[:12]],
     }
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        write_record(args.out, record, profile_table(record))
     print(profile_table(record))
     return record
 
@@ -371,12 +354,10 @@ def profile_table(record: dict) -> str:
              f"(this CPU's fp32 peak at {'x'.join(map(str, r['matmul_peak_shape']))}: "
              f"{r['matmul_peak_gflop_per_s']:.0f})",
              f"bound with everything else free: {r['bound_sentences_per_s']:.1f} sent/s "
-             f"({r['bound_sentences_per_s'] / r['sentences_per_s']:.2f}x now)", "",
-             "| operator | self s | share | calls | GFLOP |", "|---|---|---|---|---|"]
-    for op in r["top_ops"]:
-        lines.append(f"| {op['op']} | {op['self_seconds']:.2f} | {op['self_seconds'] / r['profiled_seconds']:.0%} | "
-                     f"{op['calls']:,} | {op['gflop']:.0f} |")
-    return "\n".join(lines) + "\n"
+             f"({r['bound_sentences_per_s'] / r['sentences_per_s']:.2f}x now)", ""]
+    rows = [[op["op"], f"{op['self_seconds']:.2f}", f"{op['self_seconds'] / r['profiled_seconds']:.0%}",
+             f"{op['calls']:,}", f"{op['gflop']:.0f}"] for op in r["top_ops"]]
+    return "\n".join(lines) + "\n" + markdown_table(["operator", "self s", "share", "calls", "GFLOP"], rows) + "\n"
 
 
 def _forwarded(args: argparse.Namespace) -> list[str]:
@@ -390,12 +371,12 @@ def speed_table(record: dict) -> str:
     bf16 = (f"bf16 {peaks['bfloat16_square2048']:.0f} (square), {peaks['bfloat16_ffn4400x256x1024']:.0f} "
             "(FFN-shaped)" if "bfloat16_square2048" in peaks else "bf16 not native on this CPU (not measured)")
     lines = [f"matmul peak GFLOP/s: fp32 {peaks['float32_square2048']:.0f} (square), "
-             f"{peaks['float32_ffn4400x256x1024']:.0f} (FFN-shaped); {bf16}", "",
-             "| system | precision | params | tgt tok/step | train tgt tok/s | model GFLOP/s | of matmul peak | "
-             "peak RSS | greedy sent/s | beam 5 sent/s | greedy bs1 sent/s | greedy bs1 fp16 sent/s | "
-             "BLEU greedy / beam 5 | shortlist: greedy / beam 5 / bs1 sent/s (BLEU) | "
-             "int8: greedy / beam 5 / bs1 sent/s (BLEU) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"{peaks['float32_ffn4400x256x1024']:.0f} (FFN-shaped); {bf16}", ""]
+    header = ["system", "precision", "params", "tgt tok/step", "train tgt tok/s", "model GFLOP/s", "of matmul peak",
+              "peak RSS", "greedy sent/s", "beam 5 sent/s", "greedy bs1 sent/s", "greedy bs1 fp16 sent/s",
+              "BLEU greedy / beam 5", "shortlist: greedy / beam 5 / bs1 sent/s (BLEU)",
+              "int8: greedy / beam 5 / bs1 sent/s (BLEU)"]
+    rows = []
     for name, t in record["train"].items():
         d = record["decode"].get(name)
         decode = (f"{d['greedy']['sentences_per_s']:.1f} | {d['beam5']['sentences_per_s']:.1f} | "
@@ -406,11 +387,10 @@ def speed_table(record: dict) -> str:
                   f"{d['beam5_shortlist']['sentences_per_s']:.1f} ({d['beam5_shortlist']['bleu']:.2f}) / "
                   f"{d['greedy_bs1_shortlist']['sentences_per_s']:.1f} | {_int8_cell(d)}"
                   if d else "— | — | — | — | — | — | —")
-        lines.append(f"| {name} | {t['precision']} | {t['parameters'] / 1e6:.1f} M | "
-                     f"{t.get('tgt_tokens_per_step', 0):,.0f} | {t['tgt_tokens_per_s']:,.0f} | "
-                     f"{t['model_gflop_per_s_estimate']:.0f} | {t['fraction_of_matmul_peak']:.0%} | "
-                     f"{t['peak_rss_mb'] / 1024:.2f} GB | {decode} |")
-    return "\n".join(lines) + "\n"
+        rows.append([name, t["precision"], f"{t['parameters'] / 1e6:.1f} M", f"{t.get('tgt_tokens_per_step', 0):,.0f}",
+                     f"{t['tgt_tokens_per_s']:,.0f}", f"{t['model_gflop_per_s_estimate']:.0f}",
+                     f"{t['fraction_of_matmul_peak']:.0%}", f"{t['peak_rss_mb'] / 1024:.2f} GB", decode])
+    return "\n".join(lines) + "\n" + markdown_table(header, rows) + "\n"
 
 
 def _int8_cell(decode: dict) -> str:

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -32,10 +30,11 @@ from pathlib import Path
 import numpy as np
 
 from seq2seq.analysis.alignment import aggregate
-from seq2seq.analysis.attribution import METHODS as ATTRIBUTION_METHODS, attribute, teacher_force
+from seq2seq.analysis.attribution import METHODS as ATTRIBUTION_METHODS, attribute
+from seq2seq.decoding.scoring import teacher_force
 from seq2seq.cli import run_cli
 from seq2seq.errors import UserError
-from seq2seq.io_utils import atomic_output
+from seq2seq.io_utils import markdown_table
 from seq2seq.decoding.stream import check_layer_heads
 from seq2seq.decoding.translator import Translator, read_lines
 
@@ -102,23 +101,17 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def _record(args, translator, lines, used, drops, seconds, decode_seconds) -> dict:
-    import torch
 
-    from seq2seq import __version__
-    from bench import machine
+    from common import provenance
 
     cfg = getattr(translator.model, "cfg", None)
     results = {m: {str(k): _summary(values) for k, values in by_k.items()} for m, by_k in drops.items()}
     return {
-        "benchmark": "faithfulness", "command": " ".join(["python", "benchmarks/bench_faithfulness.py", *sys.argv[1:]]),
-        "date": time.strftime("%Y-%m-%d %H:%M"), "checkpoint": str(args.checkpoint),
+        **provenance("faithfulness"), "checkpoint": str(args.checkpoint),
         "model": dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else None,
         "settings": {"source": str(args.source), "sentences_read": len(lines), "sentences_used": len(used),
                      "decode": "greedy", "top_k": args.top_k, "methods": args.methods, "layer": args.align_layer,
                      "heads": args.align_heads, "ig_steps": args.ig_steps, "seed": args.seed},
-        "versions": {"seq2seq": __version__, "torch": torch.__version__, "numpy": np.__version__,
-                     "python": platform.python_version()},
-        "machine": machine(),
         "decode_seconds": decode_seconds,
         "attribution_seconds_per_sentence": {m: s / max(len(used), 1) for m, s in seconds.items()},
         "results": results,
@@ -132,10 +125,10 @@ def _summary(values: list[float]) -> dict:
             "stderr": float(arr.std(ddof=1) / np.sqrt(n)) if n > 1 else None, "sentences": n}
 
 
-def markdown_table(record: dict) -> str:
+def faithfulness_table(record: dict) -> str:
     ks = [str(k) for k in record["settings"]["top_k"]]
-    rows = ["| method | " + " | ".join(f"drop k={k} (nats)" for k in ks) + " | s/sentence |",
-            "|---|" + "---|" * (len(ks) + 1)]
+    header = ["method", *(f"drop k={k} (nats)" for k in ks), "s/sentence"]
+    table = []
     for method, by_k in record["results"].items():
         cells = []
         for k in ks:
@@ -143,9 +136,9 @@ def markdown_table(record: dict) -> str:
             cells.append("–" if s["mean_drop"] is None else
                          f"{s['mean_drop']:.3f}" + (f" ± {s['stderr']:.3f}" if s["stderr"] is not None else ""))
         per_sentence = record["attribution_seconds_per_sentence"][method]
-        rows.append(f"| {method} | " + " | ".join(cells) + f" | {per_sentence:.3f} |")
+        table.append([method, *cells, f"{per_sentence:.3f}"])
     n = {k: record["results"][record["settings"]["methods"][0]][k]["sentences"] for k in ks}
-    rows.append("")
+    rows = [markdown_table(header, table), ""]
     rows.append("sentences per k: " + ", ".join(f"k={k}: {v}" for k, v in n.items()) +
                 f" (of {record['settings']['sentences_used']} with a non-empty greedy output)")
     return "\n".join(rows) + "\n"
@@ -183,13 +176,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     record = run(args)
-    table = markdown_table(record)
-    out = Path(args.out)
-    with atomic_output(out) as handle:
-        json.dump(record, handle, indent=2)
-        handle.write("\n")
-    with atomic_output(out.with_suffix(".md")) as handle:
-        handle.write(table)
+    table = faithfulness_table(record)
+    from common import write_record
+
+    write_record(args.out, record, table)
     print(table)
     return 0
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from common import provenance, write_record
 from seq2seq.config import DataConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,7 +162,6 @@ def prepare_phase(flags: list[str]) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--timings", required=True)
-    parser.add_argument("--config")
     add_config_flags(parser)
     args, _ = parser.parse_known_args(flags)
     data = build_run_config(args).data
@@ -186,11 +186,7 @@ def _du(path: Path) -> int:
 
 # ----------------------------------------------------------------------------- the benchmark
 def bench(args: argparse.Namespace) -> dict:
-    import platform
 
-    import datasets
-    import sentencepiece
-    import torch
 
     work = Path(args.work_dir).resolve()
     if work.exists():
@@ -212,13 +208,10 @@ def bench(args: argparse.Namespace) -> dict:
     print(f"prepare: {prepare}", file=sys.stderr, flush=True)
     train_flags = [*data_flags, *MODEL_FLAGS, "--max-steps", str(args.steps), "--eval-every", "0",
                    "--log-every", "50", "--quiet", "--no-final-test", "--device", args.device, *args.extra]
-    record = {"benchmark": "scale", "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M"),
+    record = {**provenance("scale"),
               "settings": {"pairs": args.pairs, "steps": args.steps, "vocab_size": args.vocab_size,
                            "num_proc": args.num_proc, "sp_input_sentence_size": args.sp_input_sentence_size,
                            "control_pairs": args.control_pairs, "train_flags": MODEL_FLAGS + args.extra},
-              "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                          "cpus": os.cpu_count(), "torch": torch.__version__, "datasets": datasets.__version__,
-                          "sentencepiece": sentencepiece.__version__},
               "corpus": corpus, "prepare": prepare, "train": {}}
     modes = [("stored", run_dir, [])] + ([("streaming", work / "run-streaming", ["--streaming"])]
                                          if args.streaming else [])
@@ -229,7 +222,8 @@ def bench(args: argparse.Namespace) -> dict:
         modes.append(("control", work / "run-control", control_flags))
     for mode, out, extra in modes:
         entries = set(cache_dir.iterdir())
-        result = run_measured([sys.executable, "-m", "seq2seq", "train", *train_flags, *extra, "--output-dir", str(out)],
+        command = [sys.executable, "-m", "seq2seq", "train", *train_flags, *extra, "--output-dir", str(out)]
+        result = run_measured(command,
                               work / f"train-{mode}.log")
         summary = json.loads((out / "summary.json").read_text())
         result.update(steps=summary["steps"], train_s=summary["train_s"],
@@ -286,8 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = f"scale-{args.pairs}"
-    (out / f"{name}.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    (out / f"{name}.md").write_text(markdown(record), encoding="utf-8")
+    write_record(out / f"{name}.json", record, markdown(record))
     print(markdown(record))
     return 0
 

@@ -24,7 +24,8 @@ _EXPORTS = {
     "TrainResult": "training.trainer", "train": "training.trainer",
     "Translation": "decoding.translator", "Translator": "decoding.translator",
 }
-__all__ = sorted(_EXPORTS)
+__all__ = ["DataConfig", "DecodeConfig", "ModelConfig", "PRESETS", "RunConfig", "TrainConfig", "TrainResult",
+           "Translation", "Translator", "UserError", "build_model", "train"]  # = _EXPORTS (tested)
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports on demand
     from .config import PRESETS, DataConfig, DecodeConfig, ModelConfig, RunConfig, TrainConfig

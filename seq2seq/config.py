@@ -105,7 +105,8 @@ class DataConfig:
     valid_split: str = option("val", "file stem / hub split of the validation data")
     test_split: str = option("test_2016_flickr", "file stem / hub split of the test data")
     max_len: int = option(0, "training filter: drop pairs with a side longer than this many words (0 = keep all)")
-    max_len_ratio: float = option(0.0, "training filter: drop pairs whose word-length ratio exceeds this (0 = keep all)")
+    max_len_ratio: float = option(0.0, "training filter: drop pairs whose word-length ratio exceeds this "
+                                       "(0 = keep all)")
     vocab_size: int = option(8000, "SentencePiece vocabulary size (joint source + target)")
     sp_model_type: Literal["unigram", "bpe"] = option("unigram", "SentencePiece model type")
     sp_input_sentence_size: int = option(2_000_000, "sentences sampled to train SentencePiece")

@@ -1,4 +1,5 @@
-"""Small I/O helpers: the one atomic writer, temp names beside a target, and chunked line streams.
+"""Small I/O helpers: the one atomic writer, temp names beside a target, chunked line streams and
+the one markdown table renderer.
 
 Every file the toolkit writes goes through a temp file in the target's directory and an
 ``os.replace`` (atomic on POSIX), so an error never leaves a half-written file under the final name.
@@ -14,7 +15,7 @@ import uuid
 from contextlib import contextmanager
 from itertools import islice
 from pathlib import Path
-from typing import IO, Iterable, Iterator, TypeVar
+from typing import IO, Iterable, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -57,6 +58,12 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (``atomic_output``)."""
     with atomic_output(path, "wb") as handle:
         handle.write(data)
+
+
+def markdown_table(header: Sequence[object], rows: Iterable[Sequence[object]]) -> str:
+    """A GitHub markdown table (no trailing newline); cells are written with ``str``."""
+    lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
 
 
 def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:

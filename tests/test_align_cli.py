@@ -114,6 +114,18 @@ def test_translate_alignments_plots_and_attribution_end_to_end(checkpoint, tmp_p
     assert json.loads(out.read_text(encoding="utf-8").splitlines()[0])["index"] == 0  # the first run's file kept
 
 
+def test_plot_dir_is_capped_with_a_message(checkpoint, tmp_path, capsys):
+    src = tmp_path / "in.txt"
+    src.write_text("seven\ntwenty-one\nthree hundred\n", encoding="utf-8")
+    plots = tmp_path / "plots"
+    assert translate_main(["--checkpoint", str(checkpoint), "--input", str(src), "--output", str(tmp_path / "hyp"),
+                           "--alignments", str(tmp_path / "a.jsonl"), "--plot-dir", str(plots), "--max-plots", "2",
+                           "--beam-size", "1", "--quiet"]) == 0
+    assert sorted(p.name for p in plots.glob("*.png")) == ["00000.png", "00000_grid.png", "00001.png", "00001_grid.png"]
+    assert "plotted the first 2 sentences (--max-plots)" in capsys.readouterr().err
+    assert len((tmp_path / "a.jsonl").read_text().splitlines()) == 3  # the export still has every sentence
+
+
 def test_translate_eos_threshold_and_bad_layer(checkpoint, tmp_path, capsys):
     src = tmp_path / "in.txt"
     src.write_text("twenty-one\n", encoding="utf-8")
@@ -187,7 +199,7 @@ def test_faithfulness_benchmark_record(checkpoint, tmp_path, capsys):
     record = json.loads(out.read_text(encoding="utf-8"))
     assert record["settings"]["sentences_read"] == 3 and record["settings"]["top_k"] == [1, 2]
     assert set(record["results"]) == {"attention", "gradient", "occlusion", "random"}
-    assert {"torch", "seq2seq"} <= record["versions"].keys() and "platform" in record["machine"]
+    assert {"torch", "seq2seq"} <= record["machine"]["versions"].keys() and "platform" in record["machine"]
     for by_k in record["results"].values():
         for summary in by_k.values():
             assert summary["sentences"] == 0 or np.isfinite(summary["mean_drop"])

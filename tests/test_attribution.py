@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from seq2seq.analysis.alignment import merge_to_words
-from seq2seq.analysis.attribution import (Attribution, attribute, gradient_x_input, integrated_gradients,
-                                 occlusion, teacher_force)
+from seq2seq.analysis.attribution import Attribution, attribute, gradient_x_input, integrated_gradients, occlusion
+from seq2seq.decoding.scoring import teacher_force
 from seq2seq.config import ModelConfig
 from seq2seq.models import build_model
 

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_preset_is_the_same_from_the_command_the_api_and_configs(name):
     from_cli = config_from_flags(["--preset", name])
     assert from_cli == RunConfig.from_preset(name)
-    assert config_from_flags(["--config", str(ROOT / "configs" / f"{name}.yaml")]) == from_cli  # committed file = preset
+    committed = ROOT / "configs" / f"{name}.yaml"
+    assert config_from_flags(["--config", str(committed)]) == from_cli  # the committed file is the preset
     assert None not in (from_cli.model.dropout, from_cli.train.betas, from_cli.train.warmup_steps,
                         from_cli.train.clip_norm, from_cli.train.schedule, from_cli.data.max_tokens)
 
@@ -30,9 +31,11 @@ def test_api_and_command_resolve_architecture_defaults_alike():
     cli = config_from_flags(["--arch", "rnn", "--data-dir", "somewhere"])
     api.data.data_dir = "somewhere"
     assert api == cli
-    assert (cli.model.dropout, cli.train.clip_norm, cli.train.betas, cli.train.schedule) == (0.3, 5.0, (0.9, 0.999), "plateau")
+    assert (cli.model.dropout, cli.train.clip_norm, cli.train.betas, cli.train.schedule) == \
+        (0.3, 5.0, (0.9, 0.999), "plateau")
     transformer = RunConfig().resolved()
-    assert (transformer.model.dropout, transformer.train.warmup_steps, transformer.train.betas) == (0.1, 400, (0.9, 0.98))
+    assert (transformer.model.dropout, transformer.train.warmup_steps, transformer.train.betas) == \
+        (0.1, 400, (0.9, 0.98))
     assert RunConfig(model=ModelConfig(arch="rnn", dropout=0.25)).resolved().model.dropout == 0.25  # set = kept
 
 
@@ -147,3 +150,10 @@ def test_translate_takes_a_list_not_a_string(tmp_path):
 
     with pytest.raises(UserError, match=r"takes a list of sentences.*translate\(\[text\]\)"):
         Translator.translate(object.__new__(Translator), "Ein Hund rennt.")
+
+
+def test_the_public_api_lists_what_it_exports():
+    import seq2seq
+
+    assert sorted(seq2seq.__all__) == sorted(seq2seq._EXPORTS)
+    assert all(getattr(seq2seq, name) is not None for name in seq2seq.__all__)

@@ -85,7 +85,8 @@ with distributed.process_group(torch.device("cpu")) as created:
     rank = distributed.rank()
     items = list(range(5 if rank == 0 else 3))  # rank 1 runs out first
     steps = [list(step) for step in distributed.lockstep(items, count=lambda item: item + 1)]
-    first = distributed.main_first(lambda: (out / f"marker{rank}").touch() or sorted(p.name for p in out.glob("marker*")))
+    first = distributed.main_first(
+        lambda: (out / f"marker{rank}").touch() or sorted(p.name for p in out.glob("marker*")))
     record = {"created": created, "rank": rank, "world": distributed.world_size(), "steps": steps,
               "broadcast": distributed.broadcast(f"from {rank}"), "flag": distributed.broadcast_flag(rank == 0),
               "gathered": distributed.gather(rank * 10), "sum": distributed.all_reduce_sum([rank, 1.0]),

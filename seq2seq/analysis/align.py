@@ -31,9 +31,9 @@ from typing import Sequence
 from .alignment import (AlignmentRecord, AlignmentScores, Link, alignment_error_rate, extract_links,
                         grow_diag_final, intersect_alignments, read_gold_alignments, to_pharaoh,
                         transpose_links, words_from_pieces)
-from .attribution import teacher_force
+from ..decoding.scoring import teacher_force
 from ..errors import UserError
-from ..io_utils import atomic_output
+from ..io_utils import atomic_output, markdown_table
 from ..decoding.stream import check_layer_heads
 from ..decoding.translator import Translator, read_lines
 from ..tokenizer import EOS_ID
@@ -109,9 +109,6 @@ def evaluate(args: argparse.Namespace) -> dict[str, AlignmentScores]:
 
 
 def score_table(scores: dict[str, AlignmentScores], chosen: str) -> str:
-    rows = ["| links | precision | recall | AER | predicted | sure | possible |", "|---|---|---|---|---|---|---|"]
-    for name, s in scores.items():
-        mark = " (--output)" if name == chosen else ""
-        rows.append(f"| {name}{mark} | {s.precision:.4f} | {s.recall:.4f} | {s.aer:.4f} | {s.predicted} | "
-                    f"{s.sure} | {s.possible} |")
-    return "\n".join(rows)
+    rows = [[name + (" (--output)" if name == chosen else ""), f"{s.precision:.4f}", f"{s.recall:.4f}",
+             f"{s.aer:.4f}", s.predicted, s.sure, s.possible] for name, s in scores.items()]
+    return markdown_table(["links", "precision", "recall", "AER", "predicted", "sure", "possible"], rows)

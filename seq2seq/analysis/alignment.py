@@ -208,7 +208,7 @@ def resolve_layer(layer: int | str, num_layers: int) -> int | str:
     return int(layer) % num_layers if layer >= -num_layers else 0
 
 
-def _head_indices(heads: Heads, num_heads: int) -> list[int]:
+def head_indices(heads: Heads, num_heads: int) -> list[int]:
     if isinstance(heads, str):
         if heads != "mean":
             raise UserError(f"alignment heads must be 'mean' or head indices, got {heads!r}")
@@ -236,7 +236,7 @@ def aggregate(attn: np.ndarray, layer: int | str = -2, heads: Heads = "mean") ->
         raise ValueError(f"aggregate expects (layers, heads, tgt, src), got shape {a.shape}")
     used = resolve_layer(layer, a.shape[0])
     per_layer = a if used == "all" else a[used : used + 1]
-    return per_layer[:, _head_indices(heads, a.shape[1])].mean(axis=(0, 1))
+    return per_layer[:, head_indices(heads, a.shape[1])].mean(axis=(0, 1))
 
 
 # ----------------------------------------------------------------------------- hard links
@@ -541,7 +541,7 @@ class AlignmentRecord:
             "index": self.index, "source": self.source, "target": self.target,
             "src_pieces": self.src_pieces, "tgt_pieces": self.tgt_pieces,
             "src_words": self.src_words, "tgt_words": self.tgt_words,
-            "subword_matrix": _rounded(self.subword), "word_matrix": _rounded(self.words),
+            "subword_matrix": rounded(self.subword), "word_matrix": rounded(self.words),
             "subword_shape": list(self.subword.shape), "word_shape": list(self.words.shape),
             "pharaoh_subword": self.pharaoh_subword, "pharaoh_word": self.pharaoh_word,
             "attention_shape": list(self.attention.shape),
@@ -563,7 +563,7 @@ def extract_links(matrix: np.ndarray, method: str = "argmax", threshold: float =
     return argmax_alignment(matrix)
 
 
-def _rounded(matrix: np.ndarray) -> list:
+def rounded(matrix: np.ndarray) -> list:
     return np.round(matrix.astype(np.float64), 4).tolist()
 
 

@@ -41,11 +41,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from .alignment import AlignmentRecord, _rounded, normalize_rows
+from .alignment import AlignmentRecord, rounded, normalize_rows
 from ..errors import UserError
 from ..models.base import EncoderDecoder
 from ..decoding.quantize import is_quantized
-from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
+from ..decoding.scoring import pad_ids, target_tensors, teacher_force
+from ..tokenizer import EOS_ID, PAD_ID
 
 METHODS = ("gradient", "integrated-gradients", "occlusion")
 GRADIENT_METHODS = ("gradient", "integrated-gradients")
@@ -84,8 +85,8 @@ class Attribution:
         return {
             "method": self.method, "steps": self.steps,
             "normalization": "rows of max(raw, 0)" if self.method == "occlusion" else "rows of |raw|",
-            "raw_matrix": _rounded(self.raw), "raw_shape": list(self.raw.shape),
-            "subword_matrix": _rounded(record.subword), "word_matrix": _rounded(record.words),
+            "raw_matrix": rounded(self.raw), "raw_shape": list(self.raw.shape),
+            "subword_matrix": rounded(record.subword), "word_matrix": rounded(record.words),
             "subword_shape": list(record.subword.shape), "word_shape": list(record.words.shape),
             "pharaoh_subword": record.pharaoh_subword, "pharaoh_word": record.pharaoh_word,
         }
@@ -112,46 +113,6 @@ def _eval(model: nn.Module, grad: bool) -> Iterator[None]:
 
 def _device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
-
-
-def _pad(rows: Sequence[Sequence[int]], device: torch.device) -> torch.Tensor:
-    out = torch.full((len(rows), max(len(r) for r in rows)), PAD_ID, dtype=torch.long)  # (B, len)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(list(row), dtype=torch.long)
-    return out.to(device)
-
-
-def _target_tensors(targets: Sequence[Sequence[int]], device: torch.device):
-    """tgt_in = BOS y (B, T+1) and tgt_out = y EOS (B, T+1), padded."""
-    return (_pad([[BOS_ID, *t] for t in targets], device), _pad([[*t, EOS_ID] for t in targets], device))
-
-
-def teacher_force(model: EncoderDecoder, sources: Sequence[Sequence[int]],
-                  targets: Sequence[Sequence[int]], need_attention: bool = False,
-                  batch_size: int = 64) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
-    """Score given outputs: per pair, log p(y_t | y_<t, x) for the T tokens and EOS -> (T+1,),
-    and with ``need_attention`` the attention (L, H, T+1, S) over the real source positions.
-
-    ``sources`` are ids with their trailing EOS (PAD = 0 positions are masked out); ``targets``
-    are ids without BOS/EOS. Model in eval mode, no autograd.
-    """
-    if len(sources) != len(targets):
-        raise ValueError(f"teacher_force: {len(sources)} sources but {len(targets)} targets")
-    device = _device(model)
-    log_probs: list[np.ndarray] = []
-    attentions: list[np.ndarray] = []
-    with _eval(model, grad=False):
-        for start in range(0, len(sources), batch_size):
-            src = _pad(sources[start:start + batch_size], device)  # (B, S)
-            tgt_in, tgt_out = _target_tensors(targets[start:start + batch_size], device)
-            logits, attn = model(src, src != PAD_ID, tgt_in, need_attention=need_attention)
-            lp = logits.float().log_softmax(-1).gather(2, tgt_out.unsqueeze(2)).squeeze(2)  # (B, T+1)
-            for row, target in enumerate(targets[start:start + batch_size]):
-                log_probs.append(lp[row, : len(target) + 1].cpu().numpy())
-                if need_attention:
-                    keep = (src[row] != PAD_ID).cpu()
-                    attentions.append(attn[row, :, :, : len(target) + 1].float().cpu()[..., keep].numpy())
-    return log_probs, attentions if need_attention else None
 
 
 # ----------------------------------------------------------------------------- gradients
@@ -186,8 +147,8 @@ def _grad_times_input(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Se
     """(T+1, S+1) signed: mean over alpha of sum_d df_t/dx_{s,d}(alpha e) * e_{s,d}."""
     device = _device(model)
     rows = len(tgt_ids) + 1
-    src = _pad([src_ids] * rows, device)  # (T+1, S+1): copy t is used for target position t only
-    tgt_in, tgt_out = _target_tensors([tgt_ids] * rows, device)
+    src = pad_ids([src_ids] * rows, device)  # (T+1, S+1): copy t is used for target position t only
+    tgt_in, tgt_out = target_tensors([tgt_ids] * rows, device)
     position = torch.arange(rows, device=device)
     total = torch.zeros(rows, len(src_ids), dtype=torch.float64, device=device)
     for alpha in alphas:

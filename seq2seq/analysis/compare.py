@@ -30,7 +30,6 @@ import platform
 import re
 import shlex
 import shutil
-import sys
 import time
 import uuid
 from contextlib import contextmanager
@@ -47,8 +46,10 @@ from ..training.checkpoint import load_checkpoint
 from ..data.files import read_lines
 from ..errors import UserError
 from .evaluation import corpus_scores
+from ..io_utils import markdown_table
 from ..runtime import log
-from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
+from ..tokenizer import EOS_ID
+from ..decoding.scoring import teacher_force
 from ..decoding.translator import Translator
 
 METRICS = ("BLEU", "chrF", "TER")  # display names, in sacrebleu's order below
@@ -322,34 +323,18 @@ def bucket_bleu(buckets: list[Bucket], names: Sequence[str], hypotheses: Sequenc
 # ----------------------------------------------------------------------------- alignments
 
 
-def _pad(sequences: list[list[int]], device: torch.device) -> torch.Tensor:
-    width = max(len(s) for s in sequences)
-    out = torch.full((len(sequences), width), PAD_ID, dtype=torch.long)  # (batch, len)
-    for row, ids in enumerate(sequences):
-        out[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-    return out.to(device)
-
-
-@torch.inference_mode()
 def forced_attentions(translator: Translator, sources: Sequence[str], targets: Sequence[str],
                       batch_size: int = 32, first_index: int = 0) -> list[AlignmentRecord]:
-    """Teacher-force each ``target`` on its ``source`` and return the model's attention as
-    alignment records (word matrices over source words x target words, default layer/heads).
-    Both sides are cut to the translator's ``max_input_tokens`` subwords."""
+    """Teacher-force each ``target`` on its ``source`` (``scoring.teacher_force``) and return the
+    model's attention as alignment records (word matrices over source words x target words,
+    default layer/heads). Both sides are cut to the translator's ``max_input_tokens`` subwords."""
     tok, limit = translator.tokenizer, translator.max_input_tokens
-    records: list[AlignmentRecord] = []
-    for start in range(0, len(sources), batch_size):
-        batch_src = [tok.encode(s.strip())[:limit] + [EOS_ID] for s in sources[start:start + batch_size]]
-        batch_tgt = [tok.encode(t.strip())[:limit] for t in targets[start:start + batch_size]]
-        src = _pad(batch_src, translator.device)  # (batch, src_len)
-        tgt_in = _pad([[BOS_ID] + ids for ids in batch_tgt], translator.device)  # (batch, tgt_len)
-        _, attention = translator.model(src, src != PAD_ID, tgt_in, need_attention=True)
-        for k, (src_ids, tgt_ids) in enumerate(zip(batch_src, batch_tgt)):
-            index = first_index + start + k
-            records.append(AlignmentRecord.build(
-                index, sources[start + k], targets[start + k], tok.pieces(src_ids),
-                tok.pieces(tgt_ids + [EOS_ID]), attention[k]))  # attention: (L, H, tgt_len, src_len)
-    return records
+    src_ids = [tok.encode(s.strip())[:limit] + [EOS_ID] for s in sources]
+    tgt_ids = [tok.encode(t.strip())[:limit] for t in targets]
+    _, attention = teacher_force(translator.model, src_ids, tgt_ids, need_attention=True, batch_size=batch_size)
+    return [AlignmentRecord.build(first_index + k, sources[k], targets[k], tok.pieces(src_ids[k]),
+                                  tok.pieces(tgt_ids[k] + [EOS_ID]), attention[k])  # (L, H, T+1, S)
+            for k in range(len(sources))]
 
 
 def forced_attention(translator: Translator, source: str, target: str) -> AlignmentRecord:
@@ -558,8 +543,8 @@ def md_escape(text: str) -> str:
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+    """``io_utils.markdown_table`` as lines, for building the report line by line."""
+    return markdown_table(header, rows).split("\n")
 
 
 def fmt_number(value: float | None, spec: str = ".1f") -> str:

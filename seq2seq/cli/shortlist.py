@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"{len(tgt_lines)}; the files must be line-aligned")
     if not src_lines:
         raise UserError(f"--source {args.source} is empty")
-    output = Path(args.output) if args.output else (checkpoint if checkpoint.is_dir() else checkpoint.parent) / FILE_NAME
+    run_dir = checkpoint if checkpoint.is_dir() else checkpoint.parent
+    output = Path(args.output) if args.output else run_dir / FILE_NAME
     build_from_text(tokenizer, src_lines, tgt_lines, args.max_pairs).save(output)
     print(f"shortlist: {output} ({min(len(src_lines), args.max_pairs)} pairs)", file=sys.stderr)
     return 0

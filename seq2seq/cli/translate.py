@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+from ..errors import UserError
 from .common import (add_alignment_flags, add_decode_flags, add_device_flag, check_alignment_flags, parser_for,
                      run_cli)
 
@@ -41,6 +42,9 @@ def parse_args(argv: list[str] | None):
     a.add_argument("--plot-dir", metavar="DIR",
                    help="write word-level heatmaps per sentence here: NNNNN.png/.svg, NNNNN_grid.png "
                         "(layers x heads, multi-head models), NNNNN_attribution.png (with --attribution)")
+    a.add_argument("--max-plots", type=int, default=100,
+                   help="plot at most this many sentences into --plot-dir, with a message when it cuts "
+                        "(default: 100)")
     add_alignment_flags(a)
     a.add_argument("--include-eos", action="store_true",
                    help="keep the source EOS column and target EOS row in matrices and links "
@@ -61,5 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     check_alignment_flags(args)
+    if args.max_plots < 0:
+        raise UserError(f"--max-plots must be >= 0, got {args.max_plots}")
     translate_stream(args)
     return 0

@@ -58,7 +58,7 @@ class Batch:
                      move(self.tgt_mask), self.indices, self._counts())
 
 
-def _pad_batch(src_seqs: Sequence, tgt_seqs: Sequence, indices: list[int]) -> Batch:
+def pad_batch(src_seqs: Sequence, tgt_seqs: Sequence, indices: list[int]) -> Batch:
     """Build a ``Batch`` from id sequences (lists or numpy arrays) of equal count."""
     count = len(src_seqs)
     src_lens = np.fromiter((len(s) for s in src_seqs), dtype=np.int64, count=count)
@@ -84,7 +84,7 @@ def collate(examples: list[dict], indices: list[int] | None = None) -> Batch:
     if not examples:
         raise ValueError("collate needs at least one example")
     indices = list(range(len(examples))) if indices is None else list(indices)
-    return _pad_batch([e["src_ids"] for e in examples], [e["tgt_ids"] for e in examples], indices)
+    return pad_batch([e["src_ids"] for e in examples], [e["tgt_ids"] for e in examples], indices)
 
 
 class _ListColumn:
@@ -139,7 +139,7 @@ class TokenColumns:
 
     def batch(self, indices: Sequence[int]) -> Batch:
         rows = np.asarray(indices, dtype=np.int64)
-        return _pad_batch(self._src.rows(rows), self._tgt.rows(rows), [int(i) for i in indices])
+        return pad_batch(self._src.rows(rows), self._tgt.rows(rows), [int(i) for i in indices])
 
 
 class TokenBatchSampler:

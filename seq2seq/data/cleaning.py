@@ -23,7 +23,7 @@ def _strip(batch: dict) -> dict:
     return {"src": [s.strip() for s in batch["src"]], "tgt": [t.strip() for t in batch["tgt"]]}
 
 
-def _drop_reasons(batch: dict, max_len: int, max_len_ratio: float) -> dict:
+def drop_reasons(batch: dict, max_len: int, max_len_ratio: float) -> dict:
     """Strip, and give every pair a reason code (KEEP if it stays); first failing check wins."""
     stripped = _strip(batch)
     reasons = []
@@ -40,7 +40,7 @@ def _drop_reasons(batch: dict, max_len: int, max_len_ratio: float) -> dict:
     return {**stripped, "_drop": reasons}
 
 
-def _keep(reasons: list[int]) -> list[bool]:
+def is_kept(reasons: list[int]) -> list[bool]:
     return [reason == KEEP for reason in reasons]
 
 
@@ -63,10 +63,10 @@ def clean_corpus(dd: DatasetDict, max_len: int = 0, max_len_ratio: float = 0.0,
             if split == "train":
                 stats[split].update({name: 0 for name in REASONS.values()})
             continue
-        marked = dataset.map(_drop_reasons, batched=True, desc="Cleaning train",
+        marked = dataset.map(drop_reasons, batched=True, desc="Cleaning train",
                              fn_kwargs={"max_len": max_len, "max_len_ratio": max_len_ratio})
         counts = np.bincount(np.asarray(marked["_drop"], dtype=np.int64), minlength=4)
-        kept = marked.filter(_keep, batched=True, input_columns="_drop", desc="Filtering train")
+        kept = marked.filter(is_kept, batched=True, input_columns="_drop", desc="Filtering train")
         out[split] = kept.remove_columns("_drop")
         stats[split] = {"read": len(dataset), "kept": int(counts[KEEP]),
                         **{name: int(counts[code]) for code, name in REASONS.items()}}

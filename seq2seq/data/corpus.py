@@ -52,14 +52,14 @@ def corpus_source(cfg: DataConfig) -> str:
     return given[0]
 
 
-def _text_splits(cfg: DataConfig) -> dict[str, str]:
+def text_splits(cfg: DataConfig) -> dict[str, str]:
     return {"train": cfg.train_split, "validation": cfg.valid_split, "test": cfg.test_split}
 
 
-def _explicit_hub_splits(cfg: DataConfig) -> dict[str, str]:
+def explicit_hub_splits(cfg: DataConfig) -> dict[str, str]:
     """Split names the user changed from the defaults (those must exist on the hub)."""
-    defaults = _text_splits(DataConfig())
-    return {split: name for split, name in _text_splits(cfg).items() if name != defaults[split]}
+    defaults = text_splits(DataConfig())
+    return {split: name for split, name in text_splits(cfg).items() if name != defaults[split]}
 
 
 def toy_eval_size(toy_size: int) -> int:
@@ -79,12 +79,12 @@ def load_corpus(cfg: DataConfig) -> DatasetDict:
             corpus = load_table_files(cfg.train_file, cfg.valid_file, cfg.test_file, cfg.src, cfg.tgt,
                                       skip_train=on_disk)
         else:
-            corpus = load_text_dir(cfg.data_dir, cfg.src, cfg.tgt, _text_splits(cfg), skip_train=on_disk)
+            corpus = load_text_dir(cfg.data_dir, cfg.src, cfg.tgt, text_splits(cfg), skip_train=on_disk)
         if on_disk:
             corpus["train"] = _train_on_disk(cfg, kind)
         return corpus
     return load_hub(cfg.dataset, cfg.dataset_config, cfg.src, cfg.tgt,
-                    split_names=_explicit_hub_splits(cfg))
+                    split_names=explicit_hub_splits(cfg))
 
 
 def _train_paths(cfg: DataConfig) -> list[Path]:
@@ -125,20 +125,20 @@ def split_sources(cfg: DataConfig) -> dict[str, str | None]:
     hub dataset and split); None for a validation or test split that was not given."""
     kind = corpus_source(cfg)
     if kind == "toy":
-        return {split: f"the toy corpus ({split} split, --toy-size {cfg.toy_size})" for split in _text_splits(cfg)}
+        return {split: f"the toy corpus ({split} split, --toy-size {cfg.toy_size})" for split in text_splits(cfg)}
     if kind == "files":
         files = {"train": ("--train-file", cfg.train_file), "validation": ("--valid-file", cfg.valid_file),
                  "test": ("--test-file", cfg.test_file)}
         return {split: f"{flag} {path}" if path else None for split, (flag, path) in files.items()}
     if kind == "dir":
         sources: dict[str, str | None] = {}
-        for split, stem in _text_splits(cfg).items():
+        for split, stem in text_splits(cfg).items():
             paths = [Path(cfg.data_dir) / f"{stem}.{lang}" for lang in (cfg.src, cfg.tgt)]
             given = split == "train" or any(p.is_file() for p in paths)
             sources[split] = f"--data-dir: {paths[0]} / {paths[1].name}" if given else None
         return sources
     name = cfg.dataset + (f" ({cfg.dataset_config})" if cfg.dataset_config else "")
-    return {split: f"--dataset {name}, {split} split" for split in _text_splits(cfg)}
+    return {split: f"--dataset {name}, {split} split" for split in text_splits(cfg)}
 
 
 def _file_stat(path: Path) -> list | None:
@@ -161,11 +161,11 @@ def corpus_fingerprint(cfg: DataConfig) -> str:
                             for f in (cfg.train_file, cfg.valid_file, cfg.test_file)]}
     elif kind == "dir":
         source = {"dir": [_file_stat(Path(cfg.data_dir) / f"{stem}.{lang}")
-                          for stem in _text_splits(cfg).values() for lang in (cfg.src, cfg.tgt)]}
+                          for stem in text_splits(cfg).values() for lang in (cfg.src, cfg.tgt)]}
     else:
-        source = {"hub": [cfg.dataset, cfg.dataset_config], "splits": _explicit_hub_splits(cfg)}
+        source = {"hub": [cfg.dataset, cfg.dataset_config], "splits": explicit_hub_splits(cfg)}
     settings = {"kind": kind, "source": source, "src": cfg.src, "tgt": cfg.tgt,
-                "splits": _text_splits(cfg), "max_len": cfg.max_len,
+                "splits": text_splits(cfg), "max_len": cfg.max_len,
                 "max_len_ratio": cfg.max_len_ratio, "version": PIPELINE_VERSION}
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
 

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 ENCODING_VERSION = 1  # bump when encode_corpus changes its output
 
 
-def _encode(batch: dict, tokenizer: Tokenizer) -> dict:
+def encode_pairs(batch: dict, tokenizer: Tokenizer) -> dict:
     return {
         "src_ids": [ids + [EOS_ID] for ids in tokenizer.encode_batch(batch["src"])],
         "tgt_ids": tokenizer.encode_batch(batch["tgt"]),
@@ -40,7 +40,7 @@ def encode_corpus(dd: DatasetDict, tokenizer: Tokenizer, num_proc: int = 1) -> D
             out[split] = _empty_encoded()
             continue
         procs = num_proc if num_proc > 1 and len(dataset) >= 1000 * num_proc else None
-        out[split] = dataset.map(_encode, batched=True, batch_size=1000, num_proc=procs,
+        out[split] = dataset.map(encode_pairs, batched=True, batch_size=1000, num_proc=procs,
                                  fn_kwargs={"tokenizer": tokenizer}, features=ENCODED_FEATURES,
                                  desc=f"Encoding {split}")
     return DatasetDict(out)

@@ -21,12 +21,12 @@ from datasets import Dataset, DatasetDict, Features, IterableDataset, Value
 from ..config import DataConfig
 from ..errors import UserError
 from ..tokenizer import Tokenizer, load_or_train_tokenizer
-from .batching import Batch, _pad_batch, length_order, pack_by_tokens
-from .cleaning import _drop_reasons, _keep, clean_corpus
-from .corpus import _explicit_hub_splits, _text_splits, corpus_fingerprint, corpus_source, load_corpus, split_sources
+from .batching import Batch, pad_batch, length_order, pack_by_tokens
+from .cleaning import drop_reasons, is_kept, clean_corpus
+from .corpus import explicit_hub_splits, text_splits, corpus_fingerprint, corpus_source, load_corpus, split_sources
 from .files import load_table_files, load_text_dir, parallel_line_pairs, table_pairs
 from .hub import load_hub
-from .prepare import _encode, encode_corpus
+from .prepare import encode_pairs, encode_corpus
 from .schema import PAIR_FEATURES, pairs_dataset
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ def load_stream_corpus(cfg: DataConfig) -> tuple[IterableDataset, DatasetDict]:
         corpus = load_corpus(cfg)
         train = corpus["train"].to_iterable_dataset()
     elif kind == "dir":
-        corpus = load_text_dir(cfg.data_dir, cfg.src, cfg.tgt, _text_splits(cfg), skip_train=True)
+        corpus = load_text_dir(cfg.data_dir, cfg.src, cfg.tgt, text_splits(cfg), skip_train=True)
         paths = [str(Path(cfg.data_dir) / f"{cfg.train_split}.{lang}") for lang in (cfg.src, cfg.tgt)]
         train = IterableDataset.from_generator(parallel_line_pairs, features=PAIR_FEATURES,
                                                gen_kwargs={"src_path": paths[0], "tgt_path": paths[1]})
@@ -57,7 +57,7 @@ def load_stream_corpus(cfg: DataConfig) -> tuple[IterableDataset, DatasetDict]:
                                                gen_kwargs={"path": str(cfg.train_file), "src": cfg.src, "tgt": cfg.tgt})
     else:
         hub = load_hub(cfg.dataset, cfg.dataset_config, cfg.src, cfg.tgt, streaming=True,
-                       split_names=_explicit_hub_splits(cfg))
+                       split_names=explicit_hub_splits(cfg))
         corpus = {split: _in_memory(hub[split]) for split in EVAL_SPLITS}
         train = hub["train"]
     sources = split_sources(cfg)
@@ -73,9 +73,9 @@ def clean_stream(pairs: IterableDataset, max_len: int = 0, max_len_ratio: float 
     """``clean_corpus``'s training rules, applied lazily (no statistics: the stream has no end yet)."""
     if max_len < 0 or max_len_ratio < 0:
         raise UserError("--max-len and --max-len-ratio must be >= 0 (0 = no filter)")
-    marked = pairs.map(_drop_reasons, batched=True, features=_MARKED,
+    marked = pairs.map(drop_reasons, batched=True, features=_MARKED,
                        fn_kwargs={"max_len": max_len, "max_len_ratio": max_len_ratio})
-    return marked.filter(_keep, batched=True, input_columns="_drop").remove_columns("_drop")
+    return marked.filter(is_kept, batched=True, input_columns="_drop").remove_columns("_drop")
 
 
 def stream_texts(pairs: IterableDataset, limit: int) -> Iterator[str]:
@@ -103,7 +103,7 @@ def training_stream(pairs: IterableDataset, tokenizer: Tokenizer, buffer_size: i
     if world_size > 1:
         stream = stream.filter(_mine, batched=True, with_indices=True,
                                fn_kwargs={"rank": rank, "world_size": world_size})
-    return stream.map(_encode, batched=True, batch_size=1000, fn_kwargs={"tokenizer": tokenizer},
+    return stream.map(encode_pairs, batched=True, batch_size=1000, fn_kwargs={"tokenizer": tokenizer},
                       remove_columns=["src", "tgt"])
 
 
@@ -145,7 +145,7 @@ class StreamBatcher:
             for batch in self._pack(window, np.random.default_rng([self.seed, epoch, window[3]])):
                 produced += 1
                 if produced > start:
-                    yield _pad_batch(*batch)
+                    yield pad_batch(*batch)
         if self.skipped:
             log.warning("data: skipped %d streamed pairs longer than --max-tokens %d in epoch %d",
                         self.skipped, self.max_tokens, epoch)

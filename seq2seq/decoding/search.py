@@ -24,6 +24,7 @@ import torch
 from ..errors import UserError
 from ..models.base import EncoderDecoder, select_batch
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
+from .scoring import forced_pass
 
 
 @dataclass
@@ -87,7 +88,8 @@ class OutputVocabulary:
             self.eos, self.weight = int(eos[0, 0]), model.output_rows(ids)
             self.banned = ((ids == PAD_ID) | (ids == BOS_ID)).nonzero().squeeze(1).tolist()
 
-    def best_tokens(self, logits: torch.Tensor, force_eos: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def best_tokens(self, logits: torch.Tensor, force_eos: torch.Tensor,
+                    count: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``count`` most probable next tokens of every row and their log-probabilities.
 
         logits (rows, V) -> log p (rows, count), token ids (rows, count), best first, with
@@ -260,19 +262,16 @@ class _Beams:
 
 def attach_attention(model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor,
                      hyps: list[list[Hypothesis]]) -> None:
-    """Fill ``h.attention`` (layers, heads, len + 1, real src_len) by teacher-forcing the outputs."""
+    """Fill ``h.attention`` (layers, heads, len + 1, real src_len) by teacher-forcing the outputs
+    (``scoring.forced_pass``: one batch for all hypotheses)."""
     flat = [(i, h) for i, sentence in enumerate(hyps) for h in sentence]
     if not flat:
         return
     index = torch.tensor([i for i, _ in flat], device=src.device)
-    tgt_in = torch.full((len(flat), max(len(h.tokens) for _, h in flat) + 1), PAD_ID, device=src.device)
-    tgt_in[:, 0] = BOS_ID  # (n_hyps, tgt_len)
-    for row, (_, h) in enumerate(flat):
-        tgt_in[row, 1 : len(h.tokens) + 1] = torch.tensor(h.tokens, dtype=torch.long)
     with _inference(model):
-        _, attention = model(src[index], src_mask[index], tgt_in, need_attention=True)  # (n, L, H, T, S)
-    for row, (i, h) in enumerate(flat):
-        h.attention = attention[row, :, :, : len(h.tokens) + 1][..., src_mask[i]]
+        _, attention = forced_pass(model, src[index], src_mask[index], [h.tokens for _, h in flat], need_attention=True)
+    for (_, h), weights in zip(flat, attention):
+        h.attention = weights
 
 
 def translate_batch(

@@ -22,7 +22,6 @@ proportion to t(t_i | s_j); the M-step renormalises the shared counts per source
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence

@@ -106,6 +106,7 @@ class _alignment_sink:
         self.options = dict(include_eos=args.include_eos, method=args.align_method,
                             threshold=args.align_threshold)
         self.methods = list(dict.fromkeys(args.attribution or []))
+        self.plotted, self.cut_said = 0, False
         self.writer = None
         if args.alignments:
             path = Path(args.alignments)
@@ -132,7 +133,13 @@ class _alignment_sink:
             if self.writer is not None:
                 self.writer.write(record)
             if self.args.plot_dir and result.attention is not None:
-                self._plot(record, attributions)
+                if self.plotted < self.args.max_plots:
+                    self._plot(record, attributions)
+                    self.plotted += 1
+                elif not self.cut_said:  # plotting every line of a large file would write thousands of files
+                    print(f"--plot-dir: plotted the first {self.args.max_plots} sentences (--max-plots); the "
+                          "rest are translated (and exported with --alignments) but not plotted", file=sys.stderr)
+                    self.cut_said = True
 
     def _record(self, result: Translation, index: int):
         from ..analysis.alignment import AlignmentRecord
@@ -176,7 +183,7 @@ class _alignment_sink:
 
 def check_layer_heads(layer: str, heads: str, model) -> tuple[int | str, str | list[int]]:
     """Parse --align-layer / --align-heads and check them against the model before anything is translated."""
-    from ..analysis.alignment import _head_indices, resolve_layer
+    from ..analysis.alignment import head_indices, resolve_layer
 
     parsed_layer, parsed_heads = parse_layer(layer), parse_heads(heads)
     try:
@@ -184,7 +191,7 @@ def check_layer_heads(layer: str, heads: str, model) -> tuple[int | str, str | l
     except UserError as exc:
         raise UserError(f"--align-layer {layer}: {exc}") from None
     try:
-        _head_indices(parsed_heads, model.attention_heads)
+        head_indices(parsed_heads, model.attention_heads)
     except UserError as exc:
         raise UserError(f"--align-heads {heads}: {exc}") from None
     return parsed_layer, parsed_heads

@@ -16,7 +16,7 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -27,11 +27,11 @@ from ..errors import UserError
 from ..models import build_model
 from ..models.base import EncoderDecoder
 from ..runtime import precision_warning, resolve_device
+from .scoring import pad_ids
+from .shortlist import FILE_NAME, Shortlist
 from .search import translate_batch
 from ..tokenizer import EOS_ID, PAD_ID, Tokenizer
 
-if TYPE_CHECKING:  # imported where used: `python -m seq2seq.shortlist` must not find it imported already
-    from .shortlist import Shortlist
 
 #: Decoder rows (sentences x beams) per batch when no batch size is given: greedy batches of 320
 #: sentences, beam-5 batches of 64. Every decoding step reads all decoder weights however few rows
@@ -146,8 +146,6 @@ class Translator:
         if config.model.arch == "transformer" and config.model.positional == "learned":
             max_input_tokens = min(max_input_tokens, config.model.max_positions - 1)
         if shortlist is not None:
-            from .shortlist import FILE_NAME, Shortlist
-
             if str(shortlist) == "auto":
                 run_dir = Path(path) if Path(path).is_dir() else Path(path).parent
                 shortlist = run_dir / FILE_NAME
@@ -198,7 +196,8 @@ class Translator:
 
             batches = tqdm(batches, desc="translate", unit="batch", file=sys.stderr)
         for batch in batches:
-            src, src_mask = self._pad([encoded[i] for i in batch])
+            src = pad_ids([encoded[i] for i in batch], self.device)  # (batch, src_len)
+            src_mask = src != PAD_ID
             vocabulary = None if self.shortlist is None else self.shortlist.vocabulary(src, src_mask)
             hypotheses = translate_batch(
                 self.model, src, src_mask, beam_size=beam_size, length_penalty=length_penalty,
@@ -223,13 +222,6 @@ class Translator:
             ids = ids[: self.max_input_tokens]
         return ids + [EOS_ID]
 
-    def _pad(self, sequences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        width = max(len(s) for s in sequences)
-        src = torch.full((len(sequences), width), PAD_ID, dtype=torch.long)  # (batch, src_len)
-        for row, ids in enumerate(sequences):
-            src[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        src = src.to(self.device)
-        return src, src != PAD_ID
 
     def _to_translation(self, source: str, src_ids: list[int], hyps: list) -> Translation:
         src_pieces = self.tokenizer.pieces(src_ids)
@@ -262,7 +254,8 @@ def read_lines(path: str | Path | None) -> Iterable[str]:
             try:
                 yield raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as exc:
-                raise UserError(f"{name} line {number}: not valid UTF-8 ({exc.reason}); convert the file to UTF-8") from None
+                raise UserError(f"{name} line {number}: not valid UTF-8 ({exc.reason}); "
+                                "convert the file to UTF-8") from None
 
 
 class _NoClose:

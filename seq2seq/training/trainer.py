@@ -471,7 +471,8 @@ def write_config(cfg: RunConfig, out: Path) -> None:
     from ..io_utils import atomic_output
 
     with atomic_output(out / "config.yaml") as handle:
-        handle.write(config_to_yaml(cfg, header=f"# seq2seq train --config {out / 'config.yaml'} reproduces this run's config"))
+        header = f"# seq2seq train --config {out / 'config.yaml'} reproduces this run's config"
+        handle.write(config_to_yaml(cfg, header=header))
 
 
 def _write_shortlist(corpus, out: Path, quiet: bool) -> None:

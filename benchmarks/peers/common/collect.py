@@ -1,6 +1,8 @@
 """Merge results/{joeynmt,onmt}_{rnn,transformer}.json (under $ANCHORS_TMP) into results.json and print a
 markdown table (for docs/benchmarks.md). Usage: python collect.py [ANCHORS_DIR]"""
-import json, os, sys
+import json
+import os
+import sys
 anch = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 recs = []
 for peer in ("joeynmt", "onmt"):

@@ -20,7 +20,11 @@ Definitions (identical for both toolkits):
   decode time  = the toolkit's own generation timer (Joey: 'Generation took', OpenNMT-py: 'Total
                  translation time'); process wall time (incl. python start-up and model load) also given
 """
-import argparse, datetime, json, os, re, sys
+import argparse
+import datetime
+import json
+import os
+import re
 
 TS = r"(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}),(\d{3})"
 

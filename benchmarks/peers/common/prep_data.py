@@ -9,7 +9,9 @@
   (deterministic spm.encode, no sampling: identical to what Joey's tokenizer produces)
 Run with any python that has sentencepiece installed.
 """
-import os, shutil, sys, collections
+import os
+import shutil
+import collections
 import sentencepiece as spm
 
 SRC = os.environ.get("RAW", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "multi30k"))

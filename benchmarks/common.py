@@ -1,0 +1,68 @@
+"""What every benchmark shares: the provenance of a record (command, date, versions, CPU model and
+the instruction-set flags that decide its kernels) and writing a record with its markdown table.
+
+Benchmarks use only the installed ``seq2seq`` package and write their records to ``bench-results/``
+(JSON, with the table as ``.md`` beside it); compare speeds only within one record or one session.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNEL_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16",
+                "amx_int8")
+
+
+def cpu_model_and_flags() -> tuple[str, list[str]]:
+    """The CPU model name and which of ``KERNEL_FLAGS`` it has (Linux; elsewhere best effort)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor(), []
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
+    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
+    return model, [flag for flag in KERNEL_FLAGS if flag in flags]
+
+
+def machine() -> dict[str, Any]:
+    """Where a measurement ran: CPU model and flags, threads, library versions, GPU if any."""
+    import datasets
+    import sentencepiece
+    import torch
+
+    import seq2seq
+    from seq2seq.runtime import cpu_has_native_bf16
+
+    model, flags = cpu_model_and_flags()
+    return {"platform": platform.platform(), "python": platform.python_version(), "cpu": model, "cpu_flags": flags,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "native_bf16": cpu_has_native_bf16(),
+            "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "versions": {"seq2seq": seq2seq.__version__, "torch": torch.__version__,
+                         "datasets": datasets.__version__, "sentencepiece": sentencepiece.__version__}}
+
+
+def provenance(benchmark: str) -> dict[str, Any]:
+    """The head of every record: which benchmark, the command that ran it, when, and on what."""
+    command = shlex.join(["python", os.path.relpath(sys.argv[0], ROOT) if sys.argv[0] else "?", *sys.argv[1:]])
+    return {"benchmark": benchmark, "command": command, "date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine()}
+
+
+def write_record(path: str | Path, record: dict[str, Any], table: str | None = None) -> Path:
+    """``record`` as JSON at ``path`` and, if given, ``table`` as markdown beside it (``.md``), atomically."""
+    from seq2seq.io_utils import atomic_output
+
+    path = Path(path)
+    with atomic_output(path) as handle:
+        handle.write(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    if table is not None:
+        with atomic_output(path.with_suffix(".md")) as handle:
+            handle.write(table if table.endswith("\n") else table + "\n")
+    return path

@@ -1,0 +1,71 @@
+"""Every benchmark script runs from benchmarks/ on tiny data with a tiny budget and writes its
+record (JSON with provenance, markdown table beside it). Speeds measured here mean nothing; the
+point is that the scripts a reader would rerun still work."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from seq2seq.toy import toy_corpus
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_MODEL = ["--d-model", "32", "--heads", "2", "--ff-size", "64", "--layers", "1", "--max-steps", "3",
+              "--eval-every", "3", "--eval-max-sentences", "4"]
+
+
+def script(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), *args], capture_output=True, text=True,
+                          cwd=cwd, stdin=subprocess.DEVNULL, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    """A Multi30k-shaped directory ({train,val,test}.{en,de}) from the toy corpus."""
+    directory = tmp_path_factory.mktemp("bench-data")
+    corpus = toy_corpus(n_train=200, n_valid=8, n_test=8, seed=5)
+    for split, stem in (("train", "train"), ("validation", "val"), ("test", "test")):
+        for column, lang in (("src", "en"), ("tgt", "de")):
+            (directory / f"{stem}.{lang}").write_text("\n".join(corpus[split][column]) + "\n", encoding="utf-8")
+    return directory
+
+
+def check_record(path: Path, benchmark: str) -> dict:
+    record = json.loads(path.read_text())
+    assert record["benchmark"] == benchmark and record["command"].startswith("python benchmarks/")
+    assert record["machine"]["cpu_capability"] and "versions" in record["machine"]
+    return record
+
+
+def test_quality_benchmark_trains_decodes_and_records(data, tmp_path):
+    out = tmp_path / "quality"
+    script("bench.py", "quality", "--data-dir", str(data), "--src", "en", "--tgt", "de", "--test-split", "test",
+           "--systems", "transformer", "--minutes", "1", "--vocab-size", "60", "--device", "cpu", "--out", str(out),
+           "--", *TINY_MODEL, cwd=tmp_path)
+    record = check_record(out / "quality.json", "quality")
+    decode = record["systems"]["transformer"]["decode"]
+    assert {"greedy", "beam5", "greedy_bs1"} <= set(decode) and "| transformer |" in (out / "quality.md").read_text()
+
+
+def test_speed_benchmark_measures_training_steps(data, tmp_path):
+    out = tmp_path / "speed"
+    script("bench.py", "speed", "--data-dir", str(data), "--src", "en", "--tgt", "de", "--test-split", "test",
+           "--systems", "transformer", "--steps", "2", "--warmup", "1", "--vocab-size", "60", "--out", str(out),
+           cwd=tmp_path)
+    record = check_record(out / "speed.json", "speed")
+    assert record["train"]["transformer"]["steps"] == 2 and record["train"]["transformer"]["tgt_tokens_per_s"] > 0
+
+
+def test_scale_benchmark_prepares_and_trains_from_its_cache(tmp_path):
+    out = tmp_path / "records"
+    script("bench_scale.py", "--pairs", "300", "--steps", "2", "--control-pairs", "0", "--vocab-size", "80",
+           "--num-proc", "1", "--sp-input-sentence-size", "1000", "--work-dir", str(tmp_path / "work"),
+           "--out", str(out), "--", "--d-model", "32", "--heads", "2", "--ff-size", "64", "--layers", "1", cwd=tmp_path)
+    record = check_record(out / "scale-300.json", "scale")
+    assert record["train"]["stored"]["steps"] == 2 and record["train"]["stored"]["cache_reused"]
+    assert not (tmp_path / "work").exists()  # the work directory is removed unless --keep
