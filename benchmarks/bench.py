@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from common import ROOT, provenance, write_record
-from seq2seq.io_utils import markdown_table
+from seq2seq.io_utils import display_path, markdown_table
 
 DEFAULT_DATA = os.environ.get("SEQ2SEQ_MULTI30K")  # Multi30k {split}.{lang} files, or --data-dir
 
@@ -149,7 +149,7 @@ def quality_table(record: dict) -> str:
 def quality(args: argparse.Namespace) -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    record = {**provenance("quality"), "data": str(args.data_dir), "pair": f"{args.src}-{args.tgt}",
+    record = {**provenance("quality"), "data": display_path(args.data_dir), "pair": f"{args.src}-{args.tgt}",
               "minutes_per_system": args.minutes, "vocab_size": args.vocab_size, "systems": {}}
     shared_spm = None
     for name in args.systems:
@@ -325,7 +325,8 @@ def profile_decoding(args: argparse.Namespace) -> dict:
     peak_shape = (batch * args.beam_size, out_dim, vocab)  # the output layer of a full batch
     peak = matmul_peak(torch.float32, peak_shape)
     record = {
-        **provenance("profile"), "checkpoint": str(checkpoint), "beam_size": args.beam_size, "batch_size": batch,
+        **provenance("profile"), "checkpoint": display_path(checkpoint), "beam_size": args.beam_size,
+        "batch_size": batch,
         "precision": args.precision, "shortlist": bool(args.shortlist), "sentences": len(sources),
         "seconds": seconds, "sentences_per_s": len(sources) / seconds,
         "tgt_tokens_per_s": sum(len(h.tokens) + 1 for h in hyps) / seconds,

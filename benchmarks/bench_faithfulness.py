@@ -34,7 +34,7 @@ from seq2seq.analysis.attribution import METHODS as ATTRIBUTION_METHODS, attribu
 from seq2seq.decoding.scoring import teacher_force
 from seq2seq.cli import run_cli
 from seq2seq.errors import UserError
-from seq2seq.io_utils import markdown_table
+from seq2seq.io_utils import display_path, markdown_table
 from seq2seq.decoding.stream import check_layer_heads
 from seq2seq.decoding.translator import Translator, read_lines
 
@@ -107,9 +107,9 @@ def _record(args, translator, lines, used, drops, seconds, decode_seconds) -> di
     cfg = getattr(translator.model, "cfg", None)
     results = {m: {str(k): _summary(values) for k, values in by_k.items()} for m, by_k in drops.items()}
     return {
-        **provenance("faithfulness"), "checkpoint": str(args.checkpoint),
+        **provenance("faithfulness"), "checkpoint": display_path(args.checkpoint),
         "model": dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else None,
-        "settings": {"source": str(args.source), "sentences_read": len(lines), "sentences_used": len(used),
+        "settings": {"source": display_path(args.source), "sentences_read": len(lines), "sentences_used": len(used),
                      "decode": "greedy", "top_k": args.top_k, "methods": args.methods, "layer": args.align_layer,
                      "heads": args.align_heads, "ig_steps": args.ig_steps, "seed": args.seed},
         "decode_seconds": decode_seconds,

@@ -66,6 +66,15 @@ def markdown_table(header: Sequence[object], rows: Iterable[Sequence[object]]) -
     return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
 
 
+def display_path(path: str | Path) -> str:
+    """``path`` relative to the working directory when it lies inside it (records and reports written
+    in a repository then hold no machine-specific absolute paths), else as given."""
+    try:
+        return Path(path).resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
     """Consecutive lists of at most ``size`` items."""
     iterator = iter(items)
