@@ -55,9 +55,7 @@ def autocast(device: torch.device, precision: str):
 def cpu_has_native_bf16() -> bool:
     """True when oneDNN runs bf16 matrix products natively on this CPU (AVX512-BF16 or AMX).
 
-    Without them PyTorch emulates bf16 on the CPU: measured on an AVX2-only 2-core EPYC
-    (torch 2.13), a 2048^2 bf16 matmul ran at under 1 GFLOP/s against 145 fp32, a GRU cell 5x
-    slower than in fp32, and RNN training 35x slower."""
+    Without them PyTorch emulates bf16 on the CPU, far slower than fp32 (docs/performance.md)."""
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):  # private probe gone: fall back to the ISA level
@@ -69,8 +67,8 @@ def precision_warning(device: torch.device, precision: str) -> str | None:
     autocast(device, precision)
     if precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
         return ("--precision bf16: this CPU has no native bf16 support (no AVX512-BF16 / AMX), so "
-                "PyTorch emulates it and training and decoding run many times slower than fp32 "
-                "(35x measured for RNN training); use --precision fp32 here")
+                "PyTorch emulates it and training and decoding run many times slower than fp32; "
+                "use --precision fp32 here")
     return None
 
 

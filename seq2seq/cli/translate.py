@@ -31,7 +31,7 @@ def parse_args(argv: list[str] | None):
                    help="decoding precision (default: fp32). fp16 / bf16: half-precision weights (fp16 "
                         "helps one-sentence-at-a-time CPU decoding, bf16 CPUs with native bf16); int8 "
                         "(CPU only): quantized linear layers. Outputs may differ slightly from fp32; "
-                        "measured speeds are in the README's Speed section")
+                        "measured speeds: docs/performance.md")
     p.add_argument("--reference", help="reference file: print sacrebleu BLEU and chrF with signatures")
     a = p.add_argument_group(
         "alignments and attribution",

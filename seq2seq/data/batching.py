@@ -199,7 +199,7 @@ class TokenBatchSampler:
     def batches(self, epoch: int | None = None) -> list[np.ndarray]:
         """This rank's batches for ``epoch`` (default: current), each an int64 array of dataset
         indices: views into one array of all indices, 8 bytes per pair (Python int lists would
-        cost ~36 bytes per pair, ~70 MB for a 2M-pair corpus, for the whole epoch)."""
+        cost several times that for the whole epoch)."""
         epoch = self.epoch if epoch is None else epoch
         if self._cache is not None and self._cache[0] == epoch:
             return self._cache[1]
@@ -225,9 +225,9 @@ def length_order(src_cost: np.ndarray, tgt_cost: np.ndarray, rows: np.ndarray,
     """``rows`` sorted by source cost, then target cost; with ``rng`` (training) by target cost, then
     source cost, ties broken at random so that batches mix differently each epoch.
 
-    Training batches are padded to their longest target: target-major order keeps them >99% real
-    tokens on Multi30k (the decoder and the vocabulary projection dominate the cost), whereas
-    source-major order left ~20% of target positions as padding."""
+    Training batches are padded to their longest target: target-major order keeps them almost all
+    real tokens (the decoder and the vocabulary projection dominate the cost), where source-major
+    order leaves much of the target as padding (docs/performance.md)."""
     if rng is None:
         return rows[np.lexsort((rows, tgt_cost[rows], src_cost[rows]))]
     return rows[np.lexsort((rng.random(len(rows)), src_cost[rows], tgt_cost[rows]))]

@@ -97,7 +97,7 @@ class OutputVocabulary:
         generated; where ``force_eos`` (one flag per row) holds, only EOS stays possible (the other
         entries are -inf). Masking comes after the normalisation, so a chosen token's
         log-probability is the model's own. (One fused log_softmax pass costs less than
-        ``logsumexp`` alone on CPU: 2.2 vs 4.0 ms over 320 x 8,000 logits.)"""
+        ``logsumexp`` alone on CPU.)"""
         log_p = torch.log_softmax(logits.float(), -1)  # (rows, V)
         for column in self.banned:
             log_p[:, column] = float("-inf")

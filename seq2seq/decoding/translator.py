@@ -35,9 +35,8 @@ from ..tokenizer import EOS_ID, PAD_ID, Tokenizer
 
 #: Decoder rows (sentences x beams) per batch when no batch size is given: greedy batches of 320
 #: sentences, beam-5 batches of 64. Every decoding step reads all decoder weights however few rows
-#: it has, so greedy decoding gains from wide batches. Multi30k test, 2 AVX2 cores, greedy sent/s at
-#: 64 / 128 / 256 / 320 sentences per batch: RNN (12.4 M) 150 / 210 / 255 / 255, Transformer (9.6 M)
-#: 155 / 185 / 180 / 190; beam 5 is flat from 64 to 256 sentences (320 to 1,280 rows).
+#: it has, so greedy decoding gains from wide batches; beam search is flat across widths
+#: (docs/performance.md).
 DECODER_ROWS = 320
 
 DECODING_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
@@ -106,22 +105,17 @@ class Translator:
                         precision: str = "fp32", shortlist: str | Path | None = None) -> "Translator":
         """``precision`` fp16 / bf16 stores the weights and runs decoding in half precision: it
         halves the bytes every step reads, which is what bounds one-sentence-at-a-time decoding on
-        CPU (`bench-results/decode-2026-11-23-fp16.json`: Multi30k test, batch 1, AVX2, RNN 13.1 ->
-        33.3 and Transformer 13.9 -> 24.6 sentences/s in fp16, 195 / 199 of 200 outputs identical).
-        Wide CPU batches are ~3x slower in fp16 (no fast half-precision matrix kernels there). On a
-        CPU with native bf16 (AVX512-BF16 / AMX) bf16 is faster at every width
-        (`bench-results/decode-2026-11-24-*.json`, RNN, Multi30k test: greedy 384 -> 676, beam 5
-        101 -> 169, batch 1 21.8 -> 45.7 sentences/s; BLEU 31.48 / 31.82 -> 31.51 / 32.01, ~90% of
-        outputs identical); elsewhere bf16 is emulated and slow. On GPUs both are fast at any width.
+        CPU; wide CPU batches are slower in fp16 (no fast half-precision matrix kernels there). On a
+        CPU with native bf16 (AVX512-BF16 / AMX) bf16 is faster at every width; elsewhere bf16 is
+        emulated and slow. On GPUs both are fast at any width. Outputs may differ slightly from fp32
+        (measurements: docs/performance.md).
 
         ``precision`` int8 (CPU only) quantizes the linear layers and the decoder's RNN cells
-        (``seq2seq.quantize``: int8 weights, one scale per row; inputs quantized at each call) and
-        needs no half-precision kernels (`bench-results/decode-2026-11-25-int8-rnn.json`: AVX2, RNN,
-        Multi30k test: greedy 297 -> 503, beam 5 76 -> 136, batch 1 19 -> 59 sentences/s; BLEU
-        26.00 / 28.88 -> 25.87 / 29.02, 84-90% of outputs identical). An input's scale covers its
-        whole batch, so an int8 translation can depend on the sentences batched with it.
+        (``seq2seq.decoding.quantize``: int8 weights, one scale per row; inputs quantized at each
+        call) and needs no half-precision kernels. An input's scale covers its whole batch, so an
+        int8 translation can depend on the sentences batched with it.
 
-        ``shortlist``: a file written by ``seq2seq.shortlist`` (train.py writes the run's
+        ``shortlist``: a file written by ``seq2seq shortlist`` (training writes the run's
         ``shortlist.npz``), or "auto" for the one next to the checkpoint."""
         if precision not in DECODING_DTYPES:
             raise UserError(f"--precision must be one of {', '.join(DECODING_DTYPES)}, got {precision!r}")

@@ -272,11 +272,10 @@ class RNNEncoderDecoder(EncoderDecoder):
         whatever the layout: a table that is W_out (tied) N(0, 1/E), an untied W_out N(0, 1/out_dim);
         an embedding table that is only an input N(0, 1).
 
-        Why (Multi30k de-en, the peers' untied 12.4 M layout, validation perplexity after 250
-        updates): 80.5 with Xavier W_out (std 0.015 for 512 -> 8k, a quarter of a tied table's) and
-        N(0, 1/E) input embeddings; 28.1 with W_out N(0, 1/out_dim); 29.0 with N(0, 1) inputs; 22.0
-        with both (OpenNMT-py's uniform(+-0.1) everywhere: 20.4, but at 32 dimensions it fails to
-        learn the test task). The tied default (41.1) is unchanged.
+        Why: Xavier gives an untied W_out a quarter of a tied table's scale and input-only
+        embeddings a fraction of the useful one, and the untied layout then learns far more slowly
+        (validation perplexities of each variant: docs/performance.md). The tied default is
+        unchanged.
         """
         for module in self.modules():
             if isinstance(module, nn.Linear):

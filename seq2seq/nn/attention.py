@@ -96,9 +96,9 @@ class AdditiveScore(Score):
     """Bahdanau et al. (2015): score(s, h) = v^T tanh(W s + U h); U h is precomputed.
 
     Evaluated as 2 v^T sigmoid(2 (W s + U h)) - sum_i v_i, the same numbers since
-    tanh(x) = 2 sigmoid(2x) - 1: PyTorch's CPU sigmoid is much faster than its tanh (2.1 vs 7.1 ms
-    over the 320 x 20 x 512 energies of one beam-search step, AVX2, torch 2.13), and this is the
-    largest elementwise tensor of the RNN. ``project_keys`` therefore returns 2 U h.
+    tanh(x) = 2 sigmoid(2x) - 1: PyTorch's CPU sigmoid is several times faster than its tanh, and
+    this is the largest elementwise tensor of the RNN (docs/performance.md). ``project_keys``
+    therefore returns 2 U h.
     """
 
     def __init__(self, query_dim: int, key_dim: int, hidden: int) -> None:
@@ -112,8 +112,8 @@ class AdditiveScore(Score):
         return 2 * self.key_proj(keys)  # (B, S, hidden): 2 U h, once per sentence
 
     def _score(self, query: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
-        # keys first: with T = 1 (a decoding step) this order is 2x faster on CPU (2.6 vs 5.2 ms for
-        # 320 x 36 x 512; same numbers), at training shapes the same speed
+        # keys first: with T = 1 (a decoding step) this order is faster on CPU, at training shapes
+        # the same speed (same numbers either way; docs/performance.md)
         energy = projected.unsqueeze(1) + (2 * self.query_proj(query)).unsqueeze(2)  # (B, T, S, hidden)
         gate = energy.sigmoid_()  # in place: sigmoid's backward needs only its output
         return 2 * self.v(gate).squeeze(-1) - self.v.weight.sum()  # (B, T, S)
@@ -236,9 +236,7 @@ class MultiHeadAttention(nn.Module):
     On CPU the weights are computed explicitly (with the cheap dropout of :mod:`seq2seq.dropout`
     in training); on other devices the fused ``F.scaled_dot_product_attention`` kernel is used
     unless ``need_weights``. Both give the same output. The explicit path is the faster one on
-    CPU at NMT sizes (2 cores, torch 2.13): fwd+bwd of a (300, 4, 16, 64) self-attention with
-    p = 0.1 takes 29 ms fp32 / 17 ms bf16 vs 36 / 26 ms fused, and one incremental decoding step
-    (300 rows, 20 keys) 0.8 vs 1.1 ms; the fused bf16 kernel even takes 120 ms fwd+bwd at p = 0.
+    CPU at NMT sizes, in training (fp32 and bf16) and in incremental decoding (docs/performance.md).
     """
 
     def __init__(self, d_model: int, heads: int, dropout: float = 0.0) -> None:

@@ -1,10 +1,8 @@
 """Inverted dropout with a cheaper random draw on CPU.
 
-``F.dropout`` on CPU spends most of its time drawing one random number per element (about 60 ms
-for a 130x33x1024 activation on this project's 2-core reference machine, ~20% of a Transformer
-training step). Here each 64-bit random draw yields eight 8-bit uniforms, so the draw is ~7x
-cheaper (9 ms for twice that tensor vs 72 ms for ``torch.rand``; 32-bit draws took 23 ms:
-``python -m seq2seq.bench speed`` measures the whole step).
+``F.dropout`` on CPU spends most of its time drawing one random number per element, a large
+share of a Transformer training step. Here each 64-bit random draw yields eight 8-bit uniforms,
+so the draw is several times cheaper (docs/performance.md).
 The price is that the drop probability is quantized to multiples of 1/256: p = 0.1 becomes
 26/256 = 0.1016, p = 0.3 becomes 77/256 = 0.3008. Kept elements are scaled by 1 / (1 - p_q), so
 the expectation is unchanged. On other devices (CUDA) this is exactly ``F.dropout``.
