@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import sys
@@ -72,16 +73,45 @@ def precision_warning(device: torch.device, precision: str) -> str | None:
     return None
 
 
+class _CurrentStderr(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record is emitted (redirected or captured stderr
+    included), from rank 0 only under torchrun."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.addFilter(lambda record: env_rank() == 0)
+
+    @property
+    def stream(self):  # noqa: D401 - the current stderr, looked up at every emit
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
+#: The one logger: every module logs under ``seq2seq.*`` and every line reaches stderr through this
+#: one handler as its bare message. ``log`` writes the ``event key=value`` lines; library modules
+#: use ``logging.getLogger(__name__)``. Progress bars (tqdm) are separate and silenced by --quiet.
+LOGGER = logging.getLogger("seq2seq")
+if not any(isinstance(h, _CurrentStderr) for h in LOGGER.handlers):
+    _handler = _CurrentStderr()
+    _handler.setFormatter(logging.Formatter("%(message)s"))
+    LOGGER.addHandler(_handler)
+    LOGGER.setLevel(logging.INFO)
+
+
 def log(event: str, quiet: bool = False, **fields: Any) -> None:
-    """One plain ``event key=value ...`` line on stderr, easy to grep and parse (rank 0 only under torchrun)."""
-    if quiet or env_rank() != 0:
+    """One plain ``event key=value ...`` line on stderr, easy to grep and parse (rank 0 only under
+    torchrun); ``warning`` events at warning level."""
+    if quiet:
         return
     parts = [event]
     for key, value in fields.items():
         if isinstance(value, float):
             value = f"{value:.6g}"
         parts.append(f"{key}={value}")
-    print(" ".join(parts), file=sys.stderr, flush=True)
+    LOGGER.log(logging.WARNING if event == "warning" else logging.INFO, " ".join(parts))
 
 
 class JsonlLog:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -34,6 +33,7 @@ from .alignment import (AlignmentRecord, AlignmentScores, Link, alignment_error_
 from ..decoding.scoring import teacher_force
 from ..errors import UserError
 from ..io_utils import atomic_output, markdown_table
+from ..runtime import LOGGER
 from ..decoding.stream import check_layer_heads
 from ..decoding.translator import Translator, read_lines
 from ..tokenizer import EOS_ID
@@ -56,9 +56,8 @@ def force_align(translator: Translator, sources: Sequence[str], targets: Sequenc
         src_pieces, tgt_pieces = tok.pieces(src_ids[i][:-1]), tok.pieces(tgt_ids[i])
         for name, pieces, text in ((names[0], src_pieces, sources[i]), (names[1], tgt_pieces, targets[i])):
             if len(words_from_pieces(pieces)) != len(text.split()):
-                print(f"warning: {name} line {i + 1}: {len(text.split())} whitespace words but "
-                      f"{len(words_from_pieces(pieces))} after tokenization; word indices may be off",
-                      file=sys.stderr)
+                LOGGER.warning(f"warning: {name} line {i + 1}: {len(text.split())} whitespace words but "
+                               f"{len(words_from_pieces(pieces))} after tokenization; word indices may be off")
         record = AlignmentRecord.build(i, sources[i], targets[i], src_pieces, tgt_pieces, attn,
                                        layer=layer, heads=heads, method=method, threshold=threshold)
         links[i] = extract_links(record.words, method, threshold)

@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import UserError
 from ..analysis.evaluation import corpus_scores
 from ..io_utils import atomic_output, chunks
+from ..runtime import LOGGER
 from .translator import Translation, Translator, default_batch_size, read_lines
 
 
@@ -137,8 +138,8 @@ class _alignment_sink:
                     self._plot(record, attributions)
                     self.plotted += 1
                 elif not self.cut_said:  # plotting every line of a large file would write thousands of files
-                    print(f"--plot-dir: plotted the first {self.args.max_plots} sentences (--max-plots); the "
-                          "rest are translated (and exported with --alignments) but not plotted", file=sys.stderr)
+                    LOGGER.warning(f"--plot-dir: plotted the first {self.args.max_plots} sentences (--max-plots); "
+                                   "the rest are translated (and exported with --alignments) but not plotted")
                     self.cut_said = True
 
     def _record(self, result: Translation, index: int):

@@ -26,7 +26,7 @@ from ..config import DecodeConfig, RunConfig
 from ..errors import UserError
 from ..models import build_model
 from ..models.base import EncoderDecoder
-from ..runtime import precision_warning, resolve_device
+from ..runtime import LOGGER, precision_warning, resolve_device
 from .scoring import pad_ids
 from .shortlist import FILE_NAME, Shortlist
 from .search import translate_batch
@@ -208,11 +208,8 @@ class Translator:
             return []
         ids = self.tokenizer.encode(text)
         if len(ids) > self.max_input_tokens:
-            print(
-                f"warning: input line {line} has {len(ids)} subword tokens; translating only the "
-                f"first {self.max_input_tokens} (raise --max-input-tokens to change)",
-                file=sys.stderr,
-            )
+            LOGGER.warning(f"warning: input line {line} has {len(ids)} subword tokens; translating only the "
+                           f"first {self.max_input_tokens} (raise --max-input-tokens to change)")
             ids = ids[: self.max_input_tokens]
         return ids + [EOS_ID]
 
