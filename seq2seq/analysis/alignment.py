@@ -41,7 +41,7 @@ JSONL schema (one JSON object per line, UTF-8, one line per sentence)
                      ``raw_shape``, ``subword_matrix`` / ``word_matrix`` (row-normalized
                      importances, same EOS policy and merge as attention), ``subword_shape``,
                      ``word_shape``, ``pharaoh_subword``, ``pharaoh_word``
-                     (see ``seq2seq.attribution`` for formulas and signs)
+                     (see ``seq2seq.analysis.attribution`` for formulas and signs)
 
 An empty input line gives a record with empty piece/word lists and matrices, so the JSONL has
 one line per input line. With ``--n-best`` only the best hypothesis is exported.

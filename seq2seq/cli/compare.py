@@ -1,6 +1,6 @@
 """``seq2seq compare``: a side-by-side report of several trained systems on one test set
 (BLEU / chrF with significance, length buckets, attention plots, optionally AER). See
-``seq2seq/compare.py`` for what the report holds.
+``seq2seq/analysis/compare/`` for what the report holds.
 """
 from __future__ import annotations
 

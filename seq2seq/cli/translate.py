@@ -52,7 +52,7 @@ def parse_args(argv: list[str] | None):
     a.add_argument("--attribution", nargs="+", metavar="METHOD",
                    choices=("gradient", "integrated-gradients", "occlusion"),
                    help="also compute attribution matrices (gradient | integrated-gradients | occlusion, "
-                        "one or more) into the --alignments export and --plot-dir; see seq2seq/attribution.py")
+                        "one or more) into the --alignments export and --plot-dir; see docs/guides/attribution.md")
     a.add_argument("--ig-steps", type=int, default=16,
                    help="integration steps for integrated-gradients (default: 16)")
     p.add_argument("--quiet", action="store_true", help="no progress output")

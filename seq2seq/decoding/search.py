@@ -5,7 +5,7 @@ weights), each sentence with its own length bound ceil(src_len * max_len_ratio) 
 output tokens (src_len counts the source EOS; a model with learned positions lowers the bound to
 what it can encode), after which EOS is forced. PAD and BOS are never generated. Finished
 sentences leave the active batch. Either search can be restricted to a subset of the vocabulary
-(``OutputVocabulary``, e.g. a lexical shortlist from ``seq2seq.shortlist``).
+(``OutputVocabulary``, e.g. a lexical shortlist from ``seq2seq.decoding.shortlist``).
 
 Attention of the returned hypotheses is computed afterwards by one teacher-forced ``forward``
 pass over the chosen outputs (``need_attention=True``). Because incremental and teacher-forced

@@ -1,4 +1,5 @@
-"""What translate.py does: stream lines through a Translator, write outputs, alignments, plots, scores.
+"""What ``seq2seq translate`` does: stream lines through a Translator, write outputs, alignments,
+plots and scores.
 
 Input is read and translated in chunks (one line at a time when stdin is a terminal), so the
 command works as an interactive filter and on files larger than memory; outputs are flushed
@@ -6,10 +7,10 @@ after each chunk and always come out in input order, one line per input line.
 
 With --alignments / --plot-dir every sentence's attention (and, with --attribution, gradient x
 input / integrated gradients / occlusion matrices of the chosen output) is exported as one JSONL
-record (+ npz arrays) and plotted; see seq2seq/alignment.py for the schema. The aggregate matrix
-defaults to the penultimate decoder layer averaged over heads (--align-layer -2 --align-heads mean): Garg et
-al. (2019) found that layer's attention aligns best; RNNs have one layer and use it. EOS is
-dropped from matrices and links unless --include-eos.
+record (+ npz arrays) and plotted; see seq2seq/analysis/alignment.py and docs/formats.md for the
+schema. The aggregate matrix defaults to the penultimate decoder layer averaged over heads
+(--align-layer -2 --align-heads mean): Garg et al. (2019) found that layer's attention aligns
+best; RNNs have one layer and use it. EOS is dropped from matrices and links unless --include-eos.
 """
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ from ..tokenizer import EOS_ID, PAD_ID, Tokenizer
 DECODER_ROWS = 320
 
 DECODING_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
-                   "int8": torch.float32}  # int8: fp32 model, linear layers quantized (seq2seq.quantize)
+                   "int8": torch.float32}  # int8: fp32 model, linear layers quantized (seq2seq.decoding.quantize)
 
 
 def default_batch_size(beam_size: int) -> int:
@@ -77,7 +77,7 @@ class Translation:
     def alignment_record(self, index: int, layer: int | str = -2, heads: str | list[int] = "mean",
                          include_eos: bool = False, method: str = "argmax", threshold: float = 0.3):
         """This translation's attention as an ``AlignmentRecord`` (word merge, Pharaoh links);
-        ``method`` "argmax" | "threshold" extracts the hard links (see seq2seq.alignment)."""
+        ``method`` "argmax" | "threshold" extracts the hard links (see seq2seq.analysis.alignment)."""
         from ..analysis.alignment import AlignmentRecord
 
         if self.attention is None:
@@ -89,7 +89,7 @@ class Translation:
 
 class Translator:
     """Translates with a model and its tokenizer; with a ``shortlist`` every batch is decoded over
-    the target tokens its sources can produce (``seq2seq.shortlist``), not the whole vocabulary."""
+    the target tokens its sources can produce (``seq2seq.decoding.shortlist``), not the whole vocabulary."""
 
     def __init__(self, model: EncoderDecoder, tokenizer: Tokenizer, device: torch.device | str = "cpu",
                  max_input_tokens: int = DecodeConfig.max_input_tokens, shortlist: Shortlist | None = None) -> None:

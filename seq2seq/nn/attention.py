@@ -106,7 +106,7 @@ class AdditiveScore(Score):
         self.query_proj = nn.Linear(query_dim, hidden, bias=False)  # W
         self.key_proj = nn.Linear(key_dim, hidden, bias=True)  # U (its bias is the layer's bias)
         self.v = nn.Linear(hidden, 1, bias=False)
-        self.v.keep_float = True  # its weight is read directly below: not quantized (seq2seq.quantize)
+        self.v.keep_float = True  # its weight is read directly below: not quantized (seq2seq.decoding.quantize)
 
     def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
         return 2 * self.key_proj(keys)  # (B, S, hidden): 2 U h, once per sentence
@@ -233,7 +233,7 @@ class MultiHeadAttention(nn.Module):
     """Vaswani et al. (2017): MHA(Q, K, V) = [head_1; ...; head_h] W_O,
     head_i = softmax(Q W_Q^i (K W_K^i)^T / sqrt(d_k)) V W_V^i.
 
-    On CPU the weights are computed explicitly (with the cheap dropout of :mod:`seq2seq.dropout`
+    On CPU the weights are computed explicitly (with the cheap dropout of :mod:`seq2seq.nn.dropout`
     in training); on other devices the fused ``F.scaled_dot_product_attention`` kernel is used
     unless ``need_weights``. Both give the same output. The explicit path is the faster one on
     CPU at NMT sizes, in training (fp32 and bf16) and in incremental decoding (docs/performance.md).

@@ -12,7 +12,7 @@ limits (``max_steps``, ``max_epochs``, ``max_minutes``, ``patience``) are taken 
 line of the resumed run; everything else comes from the checkpoint. ``max_minutes`` counts the
 wall-clock time of all sessions of the run together.
 
-Distributed (``torchrun``, see ``seq2seq.distributed``): every rank trains on its own shard of each
+Distributed (``torchrun``, see ``seq2seq.training.distributed``): every rank trains on its own shard of each
 epoch's batches, in lockstep; the loss of a step is normalised by its target tokens over all ranks, so
 N ranks with ``accumulate`` A compute the same update as one process with accumulate N*A over the
 same batches. Rank 0 alone validates (the others wait for its scores), writes checkpoints, logs,
@@ -416,7 +416,7 @@ def train(cfg: RunConfig, resume: bool = False, quiet: bool = False, final_test:
     test split (beam 5), its BLEU/chrF are returned and a few alignment heatmaps are plotted.
 
     Under ``torchrun`` every process calls this: it joins the process group, trains its shard and
-    leaves; rank 0 prepares the corpus first, the others then load it (see ``seq2seq.distributed``).
+    leaves; rank 0 prepares the corpus first, the others then load it (see ``seq2seq.training.distributed``).
     """
     cfg = cfg.resolved()  # the architecture's defaults, as `seq2seq train` fills them in
     with distributed.process_group(resolve_device(cfg.train.device)):
