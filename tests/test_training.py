@@ -185,3 +185,63 @@ def test_speed_benchmark_models_have_the_peers_parameter_counts(system, peer_mil
     cfg = config_from_flags(["--data-dir", "x", *bench.system_flags(system, peer_sizes=True)])
     cfg.model.vocab_size = 8000
     assert build_model(cfg.model).num_parameters() / 1e6 == pytest.approx(peer_millions, rel=0.04)
+
+
+class SkippingScaler:
+    """A stand-in for fp16's gradient scaler that finds an overflow at its 2nd and 4th step: it
+    skips optimizer.step() and halves its scale, as torch.amp.GradScaler does (fp16 needs CUDA)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.calls, self.value = 0, 1024.0
+
+    def scale(self, loss):
+        return loss
+
+    def unscale_(self, optimizer) -> None:
+        pass
+
+    def step(self, optimizer) -> None:
+        self.calls += 1
+        if self.calls in (2, 4):
+            self.value /= 2
+            return
+        optimizer.step()
+
+    def update(self) -> None:
+        pass
+
+    def get_scale(self) -> float:
+        return self.value
+
+    def is_enabled(self) -> bool:
+        return True
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state) -> None:
+        pass
+
+
+def test_skipped_fp16_steps_advance_neither_the_schedule_nor_the_step_count(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(torch.amp, "GradScaler", SkippingScaler)
+    result = train(tiny_config(tmp_path / "run", max_steps=6, eval_every=0), quiet=True)
+    assert result.progress.step == 6  # six updates taken, from eight batches
+    payload = load_checkpoint(tmp_path / "run" / "last.pt")
+    assert payload["scheduler"]["last_epoch"] == 6  # the learning rate followed the updates only
+    err = capsys.readouterr().err
+    assert err.count("skipped step=") == 2 and "fp16 gradient overflow" in err
+
+
+def test_rng_state_holds_only_the_training_device_and_restores_on_fewer_gpus():
+    """A CPU rank saves no GPU state (and never initialises CUDA); a checkpoint saved with more GPUs
+    (older format: every visible GPU's state) restores on a CPU or on a GPU index it lacks without
+    an IndexError from torch.cuda.set_rng_state_all."""
+    from seq2seq.training.checkpoint import rng_state, set_rng_state
+
+    state = rng_state("cpu")
+    assert "cuda" not in state
+    expected = torch.rand(3)
+    for device in ("cpu", "cuda:5"):
+        set_rng_state({**state, "cuda": [torch.zeros(16, dtype=torch.uint8)] * 2}, device)
+        torch.testing.assert_close(torch.rand(3), expected)  # the CPU stream is restored either way

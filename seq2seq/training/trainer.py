@@ -153,7 +153,8 @@ class Trainer:
         self.metrics = JsonlLog(self.out / "metrics.jsonl", enabled=self.main)
         if self.world > 1:
             seed_everything(cfg.train.seed + self.rank)  # same initial weights, own dropout noise per rank
-        self._rng_at_step = rng_state()
+        self._rng_at_step = rng_state(self.device)
+        self.last_step_skipped = False  # fp16: the gradient scaler skipped the update (overflow)
         autocast(self.device, cfg.train.precision)  # validate --precision early
         self.ddp = distributed.wrap_model(self.model, self.device)  # the model itself in one process
         self.forward = compile_model(self.ddp) if cfg.train.compile else self.ddp
@@ -204,8 +205,8 @@ class Trainer:
             state = payload["rng"]
         else:  # the run had another number of ranks: a fresh, reproducible stream for this rank
             seed_everything(self.cfg.train.seed + self.rank + 1_000_003 * self.progress.step)
-            state = rng_state()
-        set_rng_state(state)
+            state = rng_state(self.device)
+        set_rng_state(state, self.device)
         self._rng_at_step = state
 
     def _reshard_position(self) -> None:
@@ -245,10 +246,13 @@ class Trainer:
         p = self.progress
         p.train_seconds += time.time() - t0
         p.tgt_tokens += tokens
-        p.step += 1
         p.batch_in_epoch += len(group)
         p.elapsed = time.time() - session_start
-        self._rng_at_step = rng_state()  # what a resume after this step restores
+        self._rng_at_step = rng_state(self.device)  # what a resume after this step restores
+        if self.last_step_skipped:
+            log("skipped", step=p.step + 1, reason="fp16 gradient overflow", scale=self.scaler.get_scale())
+            return
+        p.step += 1
         self._after_step(loss, tokens, bar)
 
     def _end_epoch(self, no_step: bool) -> None:
@@ -310,10 +314,14 @@ class Trainer:
         self.scaler.unscale_(self.optimizer)
         if self.cfg.train.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip_norm)
+        scale = self.scaler.get_scale()
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        if not isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        # fp16: an overflow makes the scaler skip optimizer.step() and lower its scale; such a step
+        # is no update, so neither the schedule nor the step counter (``_step``) advances
+        self.last_step_skipped = self.scaler.is_enabled() and self.scaler.get_scale() < scale
+        if not self.last_step_skipped and not isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
             self.scheduler.step()
         return total_loss / max(total_tokens, 1), total_tokens
 
