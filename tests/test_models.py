@@ -261,3 +261,25 @@ def test_embedding_sharing_flags(flags, shared):
     from seq2seq.cli import config_from_flags
 
     assert config_from_flags(flags).model.shares_source_embeddings is shared
+
+
+def test_fused_recurrence_leaves_autocast_where_cudnn_would_run_fp16(monkeypatch):
+    """Under bf16 autocast on CUDA, cuDNN's RNN wrapper would run the GRU/LSTM in fp16 without loss
+    scaling; the encoder and the fused decoder RNN then run in fp32 outside autocast. Simulated on
+    CPU by making the check true: the recurrent calls see autocast off and fp32 inputs."""
+    from seq2seq.models import rnn as rnn_module
+
+    model = make_model("luong-no-feeding").eval()
+    seen = []
+    for module in (model.encoder.rnn, model.decoder.rnn.rnn):
+        module.register_forward_pre_hook(lambda m, args: seen.append(
+            (torch.is_autocast_enabled("cpu"), (args[0].data if hasattr(args[0], "batch_sizes") else args[0]).dtype)))
+    src, mask, tgt_in, _ = reverse_batch(4, torch.Generator().manual_seed(1))
+    assert not rnn_module.cudnn_would_run_fp16(torch.zeros(1))  # a CPU tensor: nothing to avoid
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        model(src, mask, tgt_in)
+        assert seen == [(True, torch.float32)] * 2  # CPU autocast keeps fused RNNs in fp32 by itself
+        seen.clear()
+        monkeypatch.setattr(rnn_module, "cudnn_would_run_fp16", lambda x: True)
+        logits, _ = model(src, mask, tgt_in)
+    assert seen == [(False, torch.float32)] * 2 and torch.isfinite(logits).all()

@@ -33,6 +33,26 @@ from ..nn.dropout import Dropout, dropout
 Hidden = list  # per layer: h (B, H) for GRU, (h, c) for LSTM
 
 
+def cudnn_would_run_fp16(x: torch.Tensor) -> bool:
+    """Whether a fused GRU/LSTM call on ``x`` would silently run in fp16: PyTorch's CUDA autocast
+    wrapper for cuDNN RNNs casts to fp16 whatever dtype autocast asks for, so under bf16 autocast
+    (which has no gradient scaler) small gradients would underflow. (fp16 autocast is fp16 on
+    purpose and scaled; CPU autocast leaves the fused RNNs in fp32.)"""
+    return (x.device.type == "cuda" and torch.is_autocast_enabled("cuda")
+            and torch.get_autocast_dtype("cuda") == torch.bfloat16)
+
+
+def run_recurrence(rnn: nn.Module, x, *args):
+    """``rnn(x, *args)`` for a fused nn.GRU / nn.LSTM, in fp32 outside autocast where cuDNN would
+    otherwise run it in fp16 under bf16 autocast (``cudnn_would_run_fp16``)."""
+    data = x.data if isinstance(x, torch.nn.utils.rnn.PackedSequence) else x
+    if not cudnn_would_run_fp16(data):
+        return rnn(x, *args)
+    with torch.autocast(data.device.type, enabled=False):
+        x = x.float() if isinstance(x, torch.Tensor) else x._replace(data=x.data.float())
+        return rnn(x, *(tuple(t.float() for t in a) if isinstance(a, tuple) else a.float() for a in args))
+
+
 class StackedRNN(nn.Module):
     """Multi-layer unidirectional GRU/LSTM, run fused over a sequence (``forward``) or one step at
     a time (``step``) with the same weights: the step calls ``torch.gru_cell`` / ``lstm_cell`` on
@@ -100,7 +120,7 @@ class StackedRNN(nn.Module):
             hx = (torch.stack([h for h, _ in hidden]), torch.stack([c for _, c in hidden]))  # (L, B, H)
         else:
             hx = torch.stack(hidden)  # (L, B, H)
-        return self.rnn(seq, hx)[0]
+        return run_recurrence(self.rnn, seq, hx)[0]
 
     def to_state(self, hidden: Hidden) -> dict:
         """Hidden -> batch-first state tensors {"h": (B, L, H)[, "c": (B, L, H)]}."""
@@ -128,7 +148,7 @@ class RNNEncoder(nn.Module):
         {"final_h": (B, 2H)[, "final_c": (B, 2H)]}."""
         lengths = mask.sum(1).clamp(min=1).cpu()
         packed = pack_padded_sequence(emb, lengths, batch_first=True, enforce_sorted=False)
-        out, final = self.rnn(packed)
+        out, final = run_recurrence(self.rnn, packed)
         out = pad_packed_sequence(out, batch_first=True, total_length=emb.size(1))[0]  # (B, S, 2H)
         finals = final if isinstance(final, tuple) else (final,)
         top = [f.view(-1, 2, f.size(1), f.size(2))[-1] for f in finals]  # (2, B, H): top layer, both dirs
