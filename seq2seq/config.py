@@ -274,11 +274,10 @@ def validate(cls: type, raw: Any, source: str) -> Any:
 
 
 def _valid_keys(cls: type, path: tuple) -> str:
-    for part in path:
-        cls = {f.name: f.type for f in dataclasses.fields(cls)}.get(part, cls)
-        cls = SECTIONS.get(part, cls) if isinstance(cls, str) else cls
-    names = [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else []
-    return f"valid keys are: {', '.join(names)}" if names else "see --help"
+    """The keys allowed where an unknown one was found: in ``cls`` itself, or in its section ``path[0]``."""
+    if path:
+        cls = SECTIONS.get(path[0], cls)
+    return f"valid keys are: {', '.join(f.name for f in dataclasses.fields(cls))}"
 
 
 SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}

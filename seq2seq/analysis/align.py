@@ -50,7 +50,8 @@ def force_align(translator: Translator, sources: Sequence[str], targets: Sequenc
     tgt_ids = [tok.encode(t) for t in targets]
     order = sorted(range(len(sources)), key=lambda i: -len(src_ids[i]))  # similar lengths per batch
     _, attention = teacher_force(translator.model, [src_ids[i] for i in order],
-                                 [tgt_ids[i] for i in order], need_attention=True, batch_size=batch_size)
+                                 [tgt_ids[i] for i in order], need_attention=True, batch_size=batch_size,
+                                 need_scores=False)
     links: list[set[Link]] = [set()] * len(sources)
     for i, attn in zip(order, attention):
         src_pieces, tgt_pieces = tok.pieces(src_ids[i][:-1]), tok.pieces(tgt_ids[i])

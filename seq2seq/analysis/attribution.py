@@ -45,7 +45,7 @@ from .alignment import AlignmentRecord, rounded, normalize_rows
 from ..errors import UserError
 from ..models.base import EncoderDecoder
 from ..decoding.quantize import is_quantized
-from ..decoding.scoring import pad_ids, target_tensors, teacher_force
+from ..decoding.scoring import eval_mode, model_device, pad_ids, target_tensors, teacher_force
 from ..tokenizer import EOS_ID, PAD_ID
 
 METHODS = ("gradient", "integrated-gradients", "occlusion")
@@ -92,29 +92,6 @@ class Attribution:
         }
 
 
-# ----------------------------------------------------------------------------- scoring
-
-
-@contextlib.contextmanager
-def _eval(model: nn.Module, grad: bool) -> Iterator[None]:
-    """Eval mode (no dropout); autograd on or off; the training flag is restored afterwards."""
-    was_training = model.training
-    model.eval()
-    try:
-        if grad:
-            with torch.inference_mode(False), torch.enable_grad(), torch.backends.cudnn.flags(enabled=False):
-                yield
-        else:
-            with torch.no_grad():
-                yield
-    finally:
-        model.train(was_training)
-
-
-def _device(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
 # ----------------------------------------------------------------------------- gradients
 
 
@@ -145,7 +122,7 @@ def _replace_source_embedding(model: nn.Module, src: torch.Tensor, replace) -> I
 def _grad_times_input(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[int],
                       alphas: Sequence[float]) -> np.ndarray:
     """(T+1, S+1) signed: mean over alpha of sum_d df_t/dx_{s,d}(alpha e) * e_{s,d}."""
-    device = _device(model)
+    device = model_device(model)
     rows = len(tgt_ids) + 1
     src = pad_ids([src_ids] * rows, device)  # (T+1, S+1): copy t is used for target position t only
     tgt_in, tgt_out = target_tensors([tgt_ids] * rows, device)
@@ -173,7 +150,7 @@ def _grad_times_input(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Se
 
 def gradient_x_input(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[int]) -> Attribution:
     """Gradient x input on the source token embeddings (formula in the module docstring)."""
-    with _eval(model, grad=True):
+    with eval_mode(model, grad=True):
         raw = _grad_times_input(model, src_ids, tgt_ids, [1.0])
     return Attribution("gradient", raw, np.abs(raw))
 
@@ -183,7 +160,7 @@ def integrated_gradients(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids:
     """Integrated gradients from the all-zero source embedding, ``steps`` midpoint samples."""
     if steps < 1:
         raise UserError(f"integrated gradients needs steps >= 1 (--ig-steps), got {steps}")
-    with _eval(model, grad=True):
+    with eval_mode(model, grad=True):
         raw = _grad_times_input(model, src_ids, tgt_ids, [(k + 0.5) / steps for k in range(steps)])
     return Attribution("integrated-gradients", raw, np.abs(raw), steps=steps)
 

@@ -8,10 +8,12 @@ way a list of id sequences becomes a padded batch.
 """
 from __future__ import annotations
 
-from typing import Sequence
+import contextlib
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
+from torch import nn
 
 from ..models.base import EncoderDecoder
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -30,46 +32,67 @@ def target_tensors(targets: Sequence[Sequence[int]], device: torch.device | str)
     return pad_ids([[BOS_ID, *t] for t in targets], device), pad_ids([[*t, EOS_ID] for t in targets], device)
 
 
+def model_device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module, grad: bool = False) -> Iterator[None]:
+    """Eval mode (no dropout); autograd on (attribution) or off; the training flag is restored afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        if grad:
+            with torch.inference_mode(False), torch.enable_grad(), torch.backends.cudnn.flags(enabled=False):
+                yield
+        else:
+            with torch.no_grad():
+                yield
+    finally:
+        model.train(was_training)
+
+
 def forced_pass(model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor, targets: Sequence[Sequence[int]],
-                need_attention: bool = False) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+                need_attention: bool = False,
+                need_scores: bool = True) -> tuple[list[torch.Tensor] | None, list[torch.Tensor] | None]:
     """One batch: src (B, S) with mask (B, S), one target per row (ids without BOS/EOS) ->
     per row log p of its T tokens and EOS (T+1,) and, if asked, the attention (L, H, T+1, S_real)
-    over that row's real source positions. The caller sets eval / no-grad mode."""
+    over that row's real source positions. ``need_scores=False`` skips the softmax over the
+    vocabulary when only attention is wanted. The caller sets eval / no-grad mode."""
     tgt_in, tgt_out = target_tensors(targets, src.device)
     logits, attention = model(src, src_mask, tgt_in, need_attention=need_attention)
-    log_p = logits.float().log_softmax(-1).gather(2, tgt_out.unsqueeze(2)).squeeze(2)  # (B, T+1)
     lengths = [len(t) + 1 for t in targets]
-    scores = [log_p[row, :n] for row, n in enumerate(lengths)]
+    scores = None
+    if need_scores:
+        log_p = logits.float().log_softmax(-1).gather(2, tgt_out.unsqueeze(2)).squeeze(2)  # (B, T+1)
+        scores = [log_p[row, :n] for row, n in enumerate(lengths)]
     if not need_attention:
         return scores, None
     return scores, [attention[row, :, :, :n][..., src_mask[row]] for row, n in enumerate(lengths)]
 
 
 def teacher_force(model: EncoderDecoder, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
-                  need_attention: bool = False,
-                  batch_size: int = 64) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+                  need_attention: bool = False, batch_size: int = 64,
+                  need_scores: bool = True) -> tuple[list[np.ndarray] | None, list[np.ndarray] | None]:
     """Score given outputs, ``batch_size`` pairs per pass: per pair log p(y_t | y_<t, x) for the
     T tokens and EOS -> (T+1,), and with ``need_attention`` the attention (L, H, T+1, S) over the
     real source positions, as numpy arrays.
 
     ``sources`` are ids with their trailing EOS (PAD positions are masked out); ``targets`` are ids
-    without BOS/EOS. The model runs in eval mode without autograd (its mode is restored)."""
+    without BOS/EOS. The model runs in eval mode without autograd (its mode is restored). With
+    ``need_scores=False`` only the attention is computed (the log-probabilities are None)."""
     if len(sources) != len(targets):
         raise ValueError(f"teacher_force: {len(sources)} sources but {len(targets)} targets")
-    device = next(model.parameters()).device
+    device = model_device(model)
     log_probs: list[np.ndarray] = []
     attentions: list[np.ndarray] = []
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            for start in range(0, len(sources), batch_size):
-                src = pad_ids(sources[start:start + batch_size], device)  # (B, S)
-                scores, attention = forced_pass(model, src, src != PAD_ID, targets[start:start + batch_size],
-                                                need_attention)
+    with eval_mode(model):
+        for start in range(0, len(sources), batch_size):
+            src = pad_ids(sources[start:start + batch_size], device)  # (B, S)
+            scores, attention = forced_pass(model, src, src != PAD_ID, targets[start:start + batch_size],
+                                            need_attention, need_scores)
+            if scores is not None:
                 log_probs.extend(s.cpu().numpy() for s in scores)
-                if attention is not None:
-                    attentions.extend(a.float().cpu().numpy() for a in attention)
-    finally:
-        model.train(was_training)
-    return log_probs, attentions if need_attention else None
+            if attention is not None:
+                attentions.extend(a.float().cpu().numpy() for a in attention)
+    return log_probs if need_scores else None, attentions if need_attention else None

@@ -269,7 +269,8 @@ def attach_attention(model: EncoderDecoder, src: torch.Tensor, src_mask: torch.T
         return
     index = torch.tensor([i for i, _ in flat], device=src.device)
     with _inference(model):
-        _, attention = forced_pass(model, src[index], src_mask[index], [h.tokens for _, h in flat], need_attention=True)
+        _, attention = forced_pass(model, src[index], src_mask[index], [h.tokens for _, h in flat],
+                                   need_attention=True, need_scores=False)
     for (_, h), weights in zip(flat, attention):
         h.attention = weights
 

@@ -108,7 +108,7 @@ class _alignment_sink:
         self.options = dict(include_eos=args.include_eos, method=args.align_method,
                             threshold=args.align_threshold)
         self.methods = list(dict.fromkeys(args.attribution or []))
-        self.plotted, self.cut_said = 0, False
+        self.plottable = 0  # sentences with attention seen so far (--max-plots of them are plotted)
         self.writer = None
         if args.alignments:
             path = Path(args.alignments)
@@ -135,13 +135,12 @@ class _alignment_sink:
             if self.writer is not None:
                 self.writer.write(record)
             if self.args.plot_dir and result.attention is not None:
-                if self.plotted < self.args.max_plots:
+                self.plottable += 1
+                if self.plottable <= self.args.max_plots:
                     self._plot(record, attributions)
-                    self.plotted += 1
-                elif not self.cut_said:  # plotting every line of a large file would write thousands of files
+                elif self.plottable == self.args.max_plots + 1:  # thousands of files for a large input
                     LOGGER.warning(f"--plot-dir: plotted the first {self.args.max_plots} sentences (--max-plots); "
                                    "the rest are translated (and exported with --alignments) but not plotted")
-                    self.cut_said = True
 
     def _record(self, result: Translation, index: int):
         from ..analysis.alignment import AlignmentRecord

@@ -120,7 +120,8 @@ def forced_attentions(translator: Translator, sources: Sequence[str], targets: S
     tok, limit = translator.tokenizer, translator.max_input_tokens
     src_ids = [tok.encode(s.strip())[:limit] + [EOS_ID] for s in sources]
     tgt_ids = [tok.encode(t.strip())[:limit] for t in targets]
-    _, attention = teacher_force(translator.model, src_ids, tgt_ids, need_attention=True, batch_size=batch_size)
+    _, attention = teacher_force(translator.model, src_ids, tgt_ids, need_attention=True, batch_size=batch_size,
+                                 need_scores=False)
     return [AlignmentRecord.build(first_index + k, sources[k], targets[k], tok.pieces(src_ids[k]),
                                   tok.pieces(tgt_ids[k] + [EOS_ID]), attention[k])  # (L, H, T+1, S)
             for k in range(len(sources))]
