@@ -164,16 +164,22 @@ def quality(args: argparse.Namespace) -> dict:
     return record
 
 
-def matmul_peak(dtype: torch.dtype, shape: tuple[int, int, int], seconds: float = 2.0) -> float:
-    """GFLOP/s of (m x k) @ (k x n) in ``dtype`` on this CPU with torch's current thread count."""
+def matmul_peak(dtype: torch.dtype, shape: tuple[int, int, int], seconds: float = 2.0,
+                device: torch.device | str = "cpu") -> float:
+    """GFLOP/s of (m x k) @ (k x n) in ``dtype`` on ``device`` (a CPU: torch's current thread count;
+    a GPU: the clock stops after the device has finished the queued products)."""
     m, k, n = shape
-    a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+    a, b = torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device)
+    wait = torch.cuda.synchronize if a.is_cuda else (lambda: None)
     for _ in range(3):
         a @ b
+    wait()
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        a @ b
-        count += 1
+        for _ in range(10 if a.is_cuda else 1):  # keep a GPU's queue full between clock reads
+            a @ b
+            count += 1
+        wait()
     return 2 * m * k * n * count / (time.perf_counter() - start) / 1e9
 
 
@@ -195,7 +201,8 @@ def train_speed(name: str, args: argparse.Namespace) -> dict:
     run_dir = Path(args.out) / f"speed-{name}"
     model_flags = [*system_flags(name, peer_sizes=True), "--max-tokens", str(PEER_BATCH_MAX_TOKENS[name])]
     flags = ["--data-dir", str(args.data_dir), "--src", args.src, "--tgt", args.tgt, "--vocab-size",
-             str(args.vocab_size), "--precision", args.precision, "--output-dir", str(run_dir), *model_flags]
+             str(args.vocab_size), "--precision", args.precision, "--device", args.device,
+             "--output-dir", str(run_dir), *model_flags]
     cfg = config_from_flags(flags)
     seed_everything(cfg.train.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -223,21 +230,23 @@ def train_speed(name: str, args: argparse.Namespace) -> dict:
 
 
 def speed(args: argparse.Namespace) -> dict:
-    """Matmul peaks, then each system's training speed in its own process, then decoding speed."""
+    """Matmul peaks of the device in use (``--device``), then each system's training speed in its
+    own process, then decoding speed."""
     from seq2seq.errors import UserError
-    from seq2seq.runtime import cpu_has_native_bf16, precision_warning
+    from seq2seq.runtime import precision_warning, resolve_device
 
-    slow = precision_warning(torch.device("cpu"), args.precision)
+    device = resolve_device(args.device)
+    slow = precision_warning(device, args.precision)
     if slow:  # an emulated precision would measure the emulation, not the toolkit
         raise UserError(slow)
-    native_bf16 = cpu_has_native_bf16()
+    native_bf16 = precision_warning(device, "bf16") is None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     dtypes = ("float32", "bfloat16") if native_bf16 else ("float32",)  # emulated bf16: ~1 GFLOP/s, skipped
-    peaks = {f"{dtype}_{label}": matmul_peak(getattr(torch, dtype), shape)
+    peaks = {f"{dtype}_{label}": matmul_peak(getattr(torch, dtype), shape, device=device)
              for dtype in dtypes for label, shape in
              (("square2048", (2048, 2048, 2048)), ("ffn4400x256x1024", (4400, 256, 1024)))}
-    record = {**provenance("speed"), "matmul_gflop_per_s": peaks, "train": {}, "decode": {}}
+    record = {**provenance("speed"), "device": str(device), "matmul_gflop_per_s": peaks, "train": {}, "decode": {}}
     for name in args.systems:
         child = out / f"speed-{name}.json"
         subprocess.run([sys.executable, str(Path(__file__).resolve()), "train-speed", name, "--json", str(child),
@@ -288,7 +297,7 @@ def profile_decoding(args: argparse.Namespace) -> dict:
     (wall clock), once under ``torch.profiler`` (self time and FLOPs per operator). The matrix
     products (``MATMUL_OPS``) are the part no decoder of the same model avoids: with everything
     else at zero cost, decoding would run at ``sentences / matmul seconds``
-    (``bound_sentences_per_s``). Their FLOP rate is compared with this CPU's fp32 matmul peak,
+    (``bound_sentences_per_s``). Their FLOP rate is compared with the device's fp32 matmul peak,
     measured in the same process at the shape of a full batch's output layer (rows x out_dim x vocab).
     """
     from torch.profiler import ProfilerActivity, profile
@@ -323,7 +332,7 @@ def profile_decoding(args: argparse.Namespace) -> dict:
     matmul_gflop = sum(e.flops for e in matmul) / 1e9
     vocab, out_dim = translator.model.generator.weight.shape
     peak_shape = (batch * args.beam_size, out_dim, vocab)  # the output layer of a full batch
-    peak = matmul_peak(torch.float32, peak_shape)
+    peak = matmul_peak(torch.float32, peak_shape, device=translator.device)
     record = {
         **provenance("profile"), "checkpoint": display_path(checkpoint), "beam_size": args.beam_size,
         "batch_size": batch,
@@ -352,7 +361,7 @@ def profile_table(record: dict) -> str:
              f"({r['profiled_seconds']:.2f} s under the profiler)",
              f"matrix products: {r['matmul_seconds']:.2f} s = {r['matmul_share']:.0%} of the time, "
              f"{r['matmul_gflop']:.0f} GFLOP at {r['matmul_gflop_per_s']:.0f} GFLOP/s "
-             f"(this CPU's fp32 peak at {'x'.join(map(str, r['matmul_peak_shape']))}: "
+             f"(the device's fp32 peak at {'x'.join(map(str, r['matmul_peak_shape']))}: "
              f"{r['matmul_peak_gflop_per_s']:.0f})",
              f"bound with everything else free: {r['bound_sentences_per_s']:.1f} sent/s "
              f"({r['bound_sentences_per_s'] / r['sentences_per_s']:.2f}x now)", ""]
@@ -364,13 +373,13 @@ def profile_table(record: dict) -> str:
 def _forwarded(args: argparse.Namespace) -> list[str]:
     return ["--data-dir", str(args.data_dir), "--src", args.src, "--tgt", args.tgt, "--vocab-size",
             str(args.vocab_size), "--steps", str(args.steps), "--warmup", str(args.warmup),
-            "--precision", args.precision, "--out", str(args.out)]
+            "--precision", args.precision, "--device", args.device, "--out", str(args.out)]
 
 
 def speed_table(record: dict) -> str:
     peaks = record["matmul_gflop_per_s"]
     bf16 = (f"bf16 {peaks['bfloat16_square2048']:.0f} (square), {peaks['bfloat16_ffn4400x256x1024']:.0f} "
-            "(FFN-shaped)" if "bfloat16_square2048" in peaks else "bf16 not native on this CPU (not measured)")
+            "(FFN-shaped)" if "bfloat16_square2048" in peaks else "bf16 not native on this device (not measured)")
     lines = [f"matmul peak GFLOP/s: fp32 {peaks['float32_square2048']:.0f} (square), "
              f"{peaks['float32_ffn4400x256x1024']:.0f} (FFN-shaped); {bf16}", ""]
     header = ["system", "precision", "params", "tgt tok/step", "train tgt tok/s", "model GFLOP/s", "of matmul peak",

@@ -15,14 +15,15 @@ import copy
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ConfigDict, StringConstraints, TypeAdapter, ValidationError
 
 from .errors import UserError
 
 RNN_ATTENTIONS = ("bahdanau", "luong-dot", "luong-general", "luong-concat")
 STRICT = ConfigDict(extra="forbid")  # unknown keys are errors
+Device = Annotated[str, StringConstraints(pattern=r"^(auto|cpu|cuda(:\d+)?)$")]  # auto, cpu, cuda, cuda:N
 
 
 def option(default: Any, help: str, **kwargs: Any) -> Any:
@@ -62,8 +63,15 @@ class ModelConfig:
     ff_size: int = option(1024, "Transformer: feed-forward inner size")
     layers: int = option(3, "Transformer: encoder layers = decoder layers")
     norm_first: bool = option(True, "Transformer: pre-norm (else post-norm)")
-    positional: Literal["sinusoidal", "learned"] = option("sinusoidal", "Transformer: position encoding")
+    positional: Literal["sinusoidal", "learned", "relative", "rope"] = option(
+        "sinusoidal", "Transformer: position encoding: sinusoidal or learned (absolute, added to the embeddings), "
+                      "relative (Shaw et al. 2018: learned embeddings of the clipped distance j - i in "
+                      "self-attention) or rope (rotary, Su et al. 2021: queries and keys rotated by position)")
     max_positions: int = option(1024, "Transformer, learned positions: longest sequence")
+    relative_clip: int = option(16, "Transformer, relative positions: clipping distance k (distances beyond "
+                                    "+-k share the embedding of +-k)")
+    relative_values: bool = option(False, "Transformer, relative positions: add the distance embeddings to the "
+                                          "values too, not only to the keys")
 
     @property
     def shares_source_embeddings(self) -> bool:
@@ -81,10 +89,13 @@ class ModelConfig:
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise UserError(f"--dropout must be in [0, 1), got {self.dropout}")
         sizes = ("embed_dim", "hidden_size", "decoder_hidden_size", "encoder_layers", "decoder_layers",
-                 "d_model", "heads", "ff_size", "layers", "max_positions")
+                 "d_model", "heads", "ff_size", "layers", "max_positions", "relative_clip")
         for name in sizes:
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(self, name)}")
+        if self.arch == "transformer" and self.positional == "rope" and (self.d_model // self.heads) % 2:
+            raise UserError(f"--positional rope rotates pairs of features: the head size --d-model / --heads "
+                            f"({self.d_model} / {self.heads} = {self.d_model // self.heads}) must be even")
 
 
 @dataclass
@@ -126,7 +137,8 @@ class TrainConfig:
     __pydantic_config__ = STRICT
 
     seed: int = option(1, "random seed (same seed and data = same run on CPU)")
-    device: Literal["auto", "cpu", "cuda"] = option("auto", "where to train")
+    device: Device = option("auto", "where to train: auto (CUDA when present), cpu, cuda or cuda:N")
+    tf32: bool = option(False, "CUDA: TF32 matmuls and cuDNN on Ampere or newer (faster fp32, ~1e-3 relative error)")
     precision: Literal["fp32", "bf16", "fp16"] = option("fp32", "autocast precision (fp16: CUDA only)")
     optimizer: Literal["adam", "adamw"] = option("adamw", "optimizer")
     lr: float = option(1e-3, "peak learning rate")

@@ -18,14 +18,34 @@ from .errors import UserError
 
 
 def resolve_device(name: str) -> torch.device:
-    """``auto`` picks CUDA when present, else CPU; ``cuda`` without a GPU is a user error."""
+    """``auto`` picks CUDA when present, else CPU; ``cuda`` without a GPU is a user error.
+
+    ``cuda:N`` also makes GPU N the current device, so that everything created on "cuda" without an
+    index (kernels' workspaces, the gradient scaler, libraries) lands there too, not on GPU 0."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name != "cpu" and not (name == "cuda" or name.startswith("cuda:") and name[5:].isdigit()):
+        raise UserError(f"--device must be auto, cpu, cuda or cuda:N, got {name!r}")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise UserError(f"--device {name}: no CUDA device is available; use --device cpu or auto")
-    if name != "cpu" and not name.startswith("cuda"):
-        raise UserError(f"--device must be auto, cpu or cuda[:N], got {name!r}")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.index is not None:
+        if device.index >= torch.cuda.device_count():
+            raise UserError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                            f"numbered from 0 (CUDA_VISIBLE_DEVICES renumbers them)")
+        torch.cuda.set_device(device)
+    return device
+
+
+def allow_tf32(enabled: bool) -> None:
+    """TF32 (10-bit mantissa) for fp32 matmuls and cuDNN convolutions/RNNs on Ampere or newer GPUs
+    (``--tf32``): several times faster fp32 on those GPUs, relative error ~1e-3. Off, fp32 means
+    IEEE fp32 on every backend: PyTorch's own default leaves TF32 on for cuDNN. CPU kernels are
+    untouched either way (these switches name CUDA backends only). The ``allow_tf32`` switches, not
+    the newer per-backend ``fp32_precision`` ones: ``torch.backends.cudnn.flags`` (used around
+    attribution's RNN backward) reads the old switch and fails once the new ones were set."""
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
 
 
 def seed_everything(seed: int) -> None:
@@ -66,6 +86,11 @@ def cpu_has_native_bf16() -> bool:
 def precision_warning(device: torch.device, precision: str) -> str | None:
     """Why ``--precision`` will be slow on ``device``, or None (validates it too)."""
     autocast(device, precision)
+    if precision == "bf16" and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 0):
+        major, minor = torch.cuda.get_device_capability(device)
+        return (f"--precision bf16: {torch.cuda.get_device_name(device)} (compute capability {major}.{minor}) "
+                "has no bf16 tensor cores (they start at 8.0, Ampere), so bf16 runs emulated and slower "
+                "than fp32; use --precision fp16 on this GPU")
     if precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
         return ("--precision bf16: this CPU has no native bf16 support (no AVX512-BF16 / AMX), so "
                 "PyTorch emulates it and training and decoding run many times slower than fp32; "

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from seq2seq.toy import toy_corpus
 
@@ -52,6 +53,28 @@ def test_quality_benchmark_trains_decodes_and_records(data, tmp_path):
     assert {"greedy", "beam5", "greedy_bs1"} <= set(decode) and "| transformer |" in (out / "quality.md").read_text()
 
 
+def test_positions_benchmark_trains_each_encoding_on_short_sources_and_scores_by_length(data, tmp_path):
+    out = tmp_path / "positions.json"  # toy sources have 1-9 words; the test set 4, 6 and 9
+    proc = script("bench_positions.py", "--data-dir", str(data), "--src", "en", "--tgt", "de", "--test-split",
+                  "test", "--max-src-words", "6", "--positions", "learned", "rope", "--minutes", "0.05",
+                  "--vocab-size", "60", "--device", "cpu", "--out", str(out), "--", *TINY_MODEL, cwd=tmp_path)
+    assert "2 of 8 sources (25.0%) have more than 6 words" in proc.stderr
+    record = check_record(out, "positions")
+    train_src = (tmp_path / "positions" / "data" / "train.en").read_text().splitlines()
+    assert train_src and max(len(s.split()) for s in train_src) == 6
+    assert record["filtered"]["val"]["kept"] < record["filtered"]["val"]["pairs"] == 8
+    assert list(record["runs"]) == ["learned", "rope"]  # two of the four: each run is a process (~12 s)
+    for run in record["runs"].values():
+        buckets = run["decode"]["test"]["buckets"]
+        assert [(b["words"], b["unseen"]) for b in buckets] == [("1-6", False), ("7", True), ("8-10", True),
+                                                                ("11+", True)]
+        assert [b["sentences"] for b in buckets] == [6, 0, 2, 0] and buckets[1]["bleu"] is None
+        assert run["decode"]["valid_full"]["sentences"] == 8 and run["train"]["steps"] <= 3
+    assert record["pieces"]["test_src_max"] > 0
+    table = (tmp_path / "positions.md").read_text()
+    assert "| rope |" in table and "8-10 w, n=2 (unseen)" in table
+
+
 def test_speed_benchmark_measures_training_steps(data, tmp_path):
     out = tmp_path / "speed"
     script("bench.py", "speed", "--data-dir", str(data), "--src", "en", "--tgt", "de", "--test-split", "test",
@@ -69,3 +92,19 @@ def test_scale_benchmark_prepares_and_trains_from_its_cache(tmp_path):
     record = check_record(out / "scale-300.json", "scale")
     assert record["train"]["stored"]["steps"] == 2 and record["train"]["stored"]["cache_reused"]
     assert not (tmp_path / "work").exists()  # the work directory is removed unless --keep
+
+
+def test_gpu_smoke_refuses_to_run_without_a_gpu_and_tabulates_a_record(tmp_path, monkeypatch, capsys):
+    import gpu_smoke
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_smoke.main(["--data-dir", str(tmp_path)]) == 2
+    assert "no CUDA device is visible" in capsys.readouterr().err
+    record = {"gpu": "NVIDIA H100", "capability": "9.0",
+              "steps": {"train rnn fp32": {"ok": True, "seconds": 70.0, "tok_s": 90000, "valid_bleu": 30.5},
+                        "int8 refused on cuda": {"ok": False}},
+              "decode": {"rnn": {"cpu_greedy": {"sentences_per_s": 50.0, "bleu": 30.0},
+                                 "greedy": {"sentences_per_s": 900.0, "bleu": 30.0, "same_as_cpu": 0.998}}}}
+    table = gpu_smoke.smoke_table(record)
+    assert "| train rnn fp32 | ok | 70.0 | 90000 | 30.50 |" in table and "| int8 refused on cuda | FAILED |" in table
+    assert "| greedy | 900.0 | 30.00 | 99.8% |" in table and "(CPU)" in table

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from seq2seq.training.checkpoint import load_checkpoint
@@ -77,6 +78,7 @@ def test_two_processes_match_one_accumulating_process_and_resume_exactly(tmp_pat
 HELPERS = """
 import json, sys
 from pathlib import Path
+import pytest
 import torch
 from seq2seq.training import distributed
 
@@ -116,3 +118,54 @@ def test_single_process_helpers_are_identities():
     assert list(distributed.lockstep([[1], [2, 3]], len)) == [([1], 1), ([2, 3], 2)]
     assert distributed.broadcast("x") == "x" and distributed.gather(1) is None
     assert distributed.all_reduce_sum([1.5]) == [1.5] and distributed.main_first(lambda: 7) == 7
+
+
+def _worker_pids(parent: int) -> dict[int, int]:
+    """{rank: pid} of the torchrun workers below ``parent`` (read from /proc)."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            environ = dict(item.split("=", 1) for item in stat.read_text().split("\0") if "=" in item)
+            ppid = int((stat.parent / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if "RANK" in environ and "LOCAL_RANK" in environ and ppid == parent:
+            found[int(environ["RANK"])] = int(stat.parent.name)
+    return found
+
+
+def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step_and_resumes(tmp_path):
+    """Ctrl-C or SIGTERM reaching one rank must not leave the other inside a collective: both stop
+    after one step they agree on, write last.pt with both RNG states, exit cleanly and resume."""
+    import signal
+    import time
+
+    if not Path("/proc/self/environ").exists():
+        pytest.skip("needs /proc to find torchrun's workers")
+    run = tmp_path / "ddp"
+    common = [str(ROOT / "train.py"), *TINY, "--cache-dir", str(tmp_path / "cache"), "--output-dir", str(run)]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               *common, "--max-steps", "100000", "--eval-every", "0"]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 240
+        metrics = run / "metrics.jsonl"
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 3):
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        workers = _worker_pids(proc.pid)
+        assert sorted(workers) == [0, 1], workers
+        os.kill(workers[1], signal.SIGINT)  # one rank only, in the middle of training
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert err.count("\ninterrupted step=") == 1 and "Traceback" not in err, err[-3000:]
+    saved = load_checkpoint(run / "last.pt")
+    assert saved["progress"]["stopped"] == "interrupted" and len(saved["rng_ranks"]) == 2
+    step = saved["progress"]["step"]
+    resumed = torchrun(*common, "--max-steps", str(step + 2), "--resume", "--eval-every", "0")
+    assert f"resume step={step}" in resumed.stderr and "stop reason=max_steps" in resumed.stderr
+    assert load_checkpoint(run / "last.pt")["progress"]["step"] == step + 2

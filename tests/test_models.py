@@ -31,6 +31,11 @@ EXTRA = {  # only for the exactness tests
                                       hidden_size=16, decoder_hidden_size=24),
     "luong-untied": dict(RNN, attention="luong-concat", tie_embeddings=False, decoder_layers=2),
     "transformer-untied": dict(TRANSFORMER, tie_embeddings=False),
+    # clip 2 < the test sentences' lengths: decoding steps past the clipping distance are covered
+    "transformer-relative": dict(TRANSFORMER, positional="relative", relative_clip=2),
+    "transformer-relative-values": dict(TRANSFORMER, positional="relative", relative_clip=2, relative_values=True,
+                                        norm_first=False),
+    "transformer-rope": dict(TRANSFORMER, positional="rope"),
 }
 
 

@@ -211,5 +211,5 @@ def check_alignment_flags(args: argparse.Namespace) -> None:
 
 
 def add_device_flag(parser: argparse._ActionsContainer) -> None:
-    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
-                        help="where to run (default: auto = CUDA when available)")
+    parser.add_argument("--device", default="auto",
+                        help="where to run: auto (default: CUDA when available), cpu, cuda or cuda:N")

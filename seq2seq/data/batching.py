@@ -53,7 +53,14 @@ class Batch:
         return self._counts()[1]
 
     def to(self, device: torch.device | str, non_blocking: bool = True) -> "Batch":
-        move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
+        """On ``device``; from pinned memory (``pin_memory``) a CUDA copy does not wait for the host."""
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "Batch":
+        """In page-locked host memory, from which copies to a GPU run asynchronously (CUDA only)."""
+        return self._map(torch.Tensor.pin_memory)
+
+    def _map(self, move) -> "Batch":
         return Batch(move(self.src), move(self.src_mask), move(self.tgt_in), move(self.tgt_out),
                      move(self.tgt_mask), self.indices, self._counts())
 

@@ -67,6 +67,21 @@ def max_lengths(model: EncoderDecoder, src_mask: torch.Tensor, ratio: float, off
     return limit.clamp(min=0)
 
 
+def only_eos(log_p: torch.Tensor, rows: torch.Tensor, eos: int, sync_free: bool) -> None:
+    """In place: every column but ``eos`` of the flagged ``rows`` (bool, one per row) becomes -inf.
+
+    ``sync_free`` (GPUs) masks every step with no test for a flagged row, which would make the host
+    wait for the device; otherwise (CPU, where the test is free) only the flagged rows are touched."""
+    if sync_free:
+        kept = log_p[:, eos].clone()
+        log_p.masked_fill_(rows[:, None], float("-inf"))
+        log_p[:, eos] = kept
+    elif rows.any():
+        kept = log_p[rows, eos]
+        log_p[rows] = float("-inf")
+        log_p[rows, eos] = kept
+
+
 class OutputVocabulary:
     """The tokens a search may produce: the whole vocabulary, or a subset (a lexical shortlist).
 
@@ -101,15 +116,19 @@ class OutputVocabulary:
         log_p = torch.log_softmax(logits.float(), -1)  # (rows, V)
         for column in self.banned:
             log_p[:, column] = float("-inf")
-        if force_eos.any():
-            eos = log_p[force_eos, self.eos]
-            log_p[force_eos] = float("-inf")
-            log_p[force_eos, self.eos] = eos
+        only_eos(log_p, force_eos, self.eos, sync_free=log_p.device.type != "cpu")
         if count == 1:
             best, column = log_p.max(-1, keepdim=True)
         else:
             best, column = log_p.topk(min(count, log_p.size(-1)), dim=-1)
         return best, column if self.ids is None else self.ids[column]
+
+
+def finished_check_interval(device: torch.device) -> int:
+    """Steps between looks for finished sentences in greedy search: every step on CPU (a look is
+    free and dropping rows saves work at once); every 8 on a GPU, where a look waits for the device
+    (a host sync) and finished rows cost little until they are dropped."""
+    return 1 if device.type == "cpu" else 8
 
 
 def greedy_search(
@@ -130,21 +149,25 @@ def greedy_search(
         state = model.init_state(memory)
         rows = torch.arange(src.size(0), device=src.device)  # sentence of each active row
         tokens = torch.full_like(rows, BOS_ID)
+        ended = torch.zeros_like(rows, dtype=torch.bool)  # active rows that produced EOS
         out = torch.full((src.size(0), int(limit.max()) + 1), PAD_ID, device=src.device)  # (B, steps)
         log_prob = torch.zeros(src.size(0), device=src.device)  # (B,)
+        interval = finished_check_interval(src.device)
         for t in range(out.size(1)):
             logits, state, _ = model.decode_step(memory, state, tokens, need_attention=False,
                                                  output_weight=output.weight)
             logp, tokens = output.best_tokens(logits, t >= limit[rows], 1)  # (active, 1) each
-            tokens = tokens.squeeze(1)
-            log_prob[rows] += logp.squeeze(1)
+            tokens = tokens.squeeze(1).masked_fill(ended, PAD_ID)  # an ended row keeps its output
+            log_prob[rows] += logp.squeeze(1).masked_fill(ended, 0.0)
             out[rows, t] = tokens
-            alive = (tokens != EOS_ID).nonzero().squeeze(1)
-            if len(alive) < len(rows):  # drop finished sentences from the batch
+            ended |= tokens == EOS_ID
+            if (t + 1) % interval == 0 or t + 1 == out.size(1):  # drop finished sentences from the batch
+                alive = (~ended).nonzero().squeeze(1)
                 if len(alive) == 0:
                     break
-                memory, state = select_batch(memory, alive), select_batch(state, alive)
-                rows, tokens = rows[alive], tokens[alive]
+                if len(alive) < len(rows):
+                    memory, state = select_batch(memory, alive), select_batch(state, alive)
+                    rows, tokens, ended = rows[alive], tokens[alive], ended[alive]
         hyps = [[Hypothesis(_until_eos(row), lp, lp)] for row, lp in zip(out.tolist(), log_prob.tolist())]
         if need_attention:
             attach_attention(model, src, src_mask, hyps)
@@ -201,6 +224,7 @@ class _Beams:
         self.first_state: dict | None = model.init_state(self.memory)  # one row per sentence
         self.state: dict = {}
         self.rows = torch.arange(batch, device=device)  # sentence of each active sentence
+        self.host_rows, self.host_limit = list(range(batch)), limit.tolist()  # the same on the host (no syncs)
         self.scores = torch.full((batch, k), float("-inf"), device=device)  # raw sum log-prob
         self.scores[:, 0] = 0.0  # only one live beam at the start
         self.prefix = torch.zeros(batch * k, 0, dtype=torch.long, device=device)  # tokens so far
@@ -229,12 +253,12 @@ class _Beams:
         keep = top.topk(k).indices  # (n, k), best first
         self.scores, beam, token = top.gather(1, keep), beam.gather(1, keep), token.gather(1, keep)
         origin = torch.arange(n, device=beam.device).unsqueeze(1) * k + beam  # (n, k) previous row
-        done = torch.tensor([len(self.finished[r]) >= k for r in self.rows.tolist()], device=beam.device)
-        done |= t >= self.limit[self.rows]
-        if done.any():
-            self._drop(done, origin)
-            origin, token = origin[~done], token[~done]
-            if len(self.rows) == 0:
+        finished = [len(self.finished[r]) >= k or t >= self.host_limit[r] for r in self.host_rows]
+        if any(finished):
+            live = torch.tensor([i for i, f in enumerate(finished) if not f], dtype=torch.long, device=beam.device)
+            self._drop(live, finished)
+            origin, token = origin[live], token[live]
+            if not self.host_rows:
                 return False
         self.state = select_batch(self.state, origin.view(-1))
         self.prefix = torch.cat([self.prefix[origin.view(-1)], token.view(-1, 1)], 1)
@@ -243,21 +267,24 @@ class _Beams:
 
     def _finish(self, top: torch.Tensor, beam: torch.Tensor, token: torch.Tensor) -> None:
         """Record candidates (among the top k) that end in EOS as finished hypotheses."""
-        ended = (token == EOS_ID) & top.isfinite()  # (n, k)
-        for n, j in ended.nonzero().tolist():
-            sentence = int(self.rows[n])
+        index = ((token == EOS_ID) & top.isfinite()).nonzero()  # (ended, 2): the one wait per step
+        if not len(index):
+            return
+        n, j = index.unbind(1)
+        prefixes = self.prefix[n * self.k + beam[n, j]].tolist()  # one copy each, not one per hypothesis
+        for (row, _), words, log_prob in zip(index.tolist(), prefixes, top[n, j].tolist()):
+            sentence = self.host_rows[row]
             if len(self.finished[sentence]) >= self.k:
                 continue
-            words = self.prefix[n * self.k + int(beam[n, j])].tolist()
-            log_prob = float(top[n, j])
             score = log_prob / length_penalty_gnmt(len(words) + 1, self.alpha)
             self.finished[sentence].append(Hypothesis(words, score, log_prob))
 
-    def _drop(self, done: torch.Tensor, origin: torch.Tensor) -> None:
-        """Remove finished sentences (all their beams) from the active batch."""
-        live = (~done).nonzero().squeeze(1)
+    def _drop(self, live: torch.Tensor, finished: list[bool]) -> None:
+        """Remove finished sentences (all their beams) from the active batch; ``live`` indexes the
+        others (built on the host from ``finished``: no wait for the device)."""
         self.memory = select_batch(self.memory, live)  # one row per sentence
         self.rows, self.scores = self.rows[live], self.scores[live]
+        self.host_rows = [r for r, d in zip(self.host_rows, finished) if not d]
 
 
 def attach_attention(model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor,

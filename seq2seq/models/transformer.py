@@ -1,7 +1,10 @@
 """Transformer encoder-decoder (Vaswani et al. 2017) on ``MultiHeadAttention``.
 
 Pre-norm (``norm_first``): x = x + Dropout(Sublayer(LN(x))), with a final LayerNorm after each
-stack; post-norm: x = LN(x + Dropout(Sublayer(x))). Inputs are E[y] * sqrt(d_model) + PE(pos).
+stack; post-norm: x = LN(x + Dropout(Sublayer(x))). Inputs are E[y] * sqrt(d_model) + PE(pos) with
+absolute positions (sinusoidal or learned); relative and rotary positions (``--positional
+relative|rope``) are encoded in every self-attention instead (``self_attention``), the inputs being
+E[y] * sqrt(d_model).
 Cross-attention keys/values of every decoder layer are projected once in ``encode``; generation
 keeps a self-attention key/value cache per layer in ``state`` (batch-first), so each
 ``decode_step`` costs one position. Teacher-forced ``forward`` uses the fused attention kernel
@@ -14,7 +17,7 @@ import math
 import torch
 from torch import nn
 
-from ..nn.attention import MultiHeadAttention
+from ..nn.attention import MultiHeadAttention, RelativePositions
 from ..config import ModelConfig
 from ..errors import UserError
 from .base import EncoderDecoder
@@ -35,28 +38,34 @@ def sinusoidal(start: int, length: int, d_model: int, device: torch.device | Non
 
 
 class Embedder(nn.Module):
-    """Token embedding * sqrt(d_model) + positional encoding (sinusoidal or learned), then dropout."""
+    """Token embedding * sqrt(d_model) + absolute positional encoding (sinusoidal or learned; none
+    with relative or rotary positions, which self-attention encodes), then dropout."""
 
     def __init__(self, tokens: nn.Embedding, cfg: ModelConfig) -> None:
         super().__init__()
         self.tokens, self.d_model, self.max_positions = tokens, cfg.d_model, cfg.max_positions
+        self.absolute = cfg.positional in ("sinusoidal", "learned")
         self.positions = nn.Embedding(cfg.max_positions, cfg.d_model) if cfg.positional == "learned" else None
         self.dropout = Dropout(cfg.dropout)
 
     def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
         """ids (B, T) at positions start .. start + T - 1 -> (B, T, d_model)."""
-        length = ids.size(1)
+        tokens = self.tokens(ids)
+        if not self.absolute:
+            return self.dropout(tokens * math.sqrt(self.d_model))
+        pe = self.absolute_positions(start, ids.size(1), ids.device)
+        return self.dropout(tokens * math.sqrt(self.d_model) + pe.to(tokens.dtype))  # fp16/bf16 decoding
+
+    def absolute_positions(self, start: int, length: int, device: torch.device) -> torch.Tensor:
+        """PE of positions start .. start + length - 1 -> (length, d_model)."""
         if self.positions is None:
-            pe = sinusoidal(start, length, self.d_model, ids.device)
-        elif start + length > self.max_positions:
+            return sinusoidal(start, length, self.d_model, device)
+        if start + length > self.max_positions:
             raise UserError(
                 f"sequence of {start + length} positions exceeds --max-positions {self.max_positions} "
                 "(learned positions); shorten the input or retrain with a larger --max-positions"
             )
-        else:
-            pe = self.positions.weight[start : start + length]
-        tokens = self.tokens(ids)
-        return self.dropout(tokens * math.sqrt(self.d_model) + pe.to(tokens.dtype))  # fp16/bf16 decoding
+        return self.positions.weight[start : start + length]
 
 
 class Residual(nn.Module):
@@ -80,10 +89,21 @@ def feed_forward(cfg: ModelConfig) -> nn.Sequential:
                          nn.Linear(cfg.ff_size, cfg.d_model))
 
 
+def self_attention(cfg: ModelConfig) -> MultiHeadAttention:
+    """Self-attention with the layer's own relative position table (``--positional relative``:
+    2k + 1 embeddings of size d_model / heads for keys, and for values with --relative-values) or
+    rotary positions (``--positional rope``); plain for absolute positions (no extra parameters)."""
+    relative = None
+    if cfg.positional == "relative":
+        relative = RelativePositions(cfg.d_model // cfg.heads, cfg.relative_clip, cfg.relative_values)
+    return MultiHeadAttention(cfg.d_model, cfg.heads, cfg.dropout, relative=relative,
+                              rotary=cfg.positional == "rope")
+
+
 class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.dropout)
+        self.self_attn = self_attention(cfg)
         self.ff = feed_forward(cfg)
         self.res_attn, self.res_ff = (Residual(cfg.d_model, cfg.dropout, cfg.norm_first) for _ in range(2))
 
@@ -97,7 +117,7 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.dropout)
+        self.self_attn = self_attention(cfg)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.dropout)
         self.ff = feed_forward(cfg)
         self.res_self, self.res_cross, self.res_ff = (
@@ -114,7 +134,7 @@ class DecoderLayer(nn.Module):
         if cache is None:
             a, _ = self.self_attn(h, h, h, is_causal=True)
         else:
-            k, v = self.self_attn.project_kv(h)  # (B, heads, T, d_k)
+            k, v = self.self_attn.project_kv(h, start=cache[0].size(2))  # (B, heads, T, d_k)
             cache = (torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2))
             a, _ = self.self_attn(h, kv_cache=cache)  # new positions come after all cached ones
         x = self.res_self.post(x, a)
@@ -161,7 +181,7 @@ class TransformerEncoderDecoder(EncoderDecoder):
             self.generator.weight = embed_tgt.weight
 
     def reset_parameters(self) -> None:
-        """Xavier-uniform linear weights, zero biases; embeddings and learned positions
+        """Xavier-uniform linear weights, zero biases; embeddings, learned and relative positions
         N(0, 1/d_model) (times sqrt(d_model) at the input), pad row zero. An untied output layer
         starts like a tied one, N(0, 1/d_model): Xavier over (d_model + vocabulary) makes it 4x
         smaller, and the untied 3+3-layer Multi30k model then had validation perplexity 57.7 instead

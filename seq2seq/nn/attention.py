@@ -46,21 +46,31 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
     return scores.softmax(dim=-1).masked_fill(~mask, 0.0)
 
 
+def attention_weights(
+    query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None = None, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """softmax(Q K^T / sqrt(d_k) + bias) over the last dim: query (..., Tq, d_k), key (..., Tk, d_k),
+    mask and bias broadcastable to (..., Tq, Tk) -> weights (..., Tq, Tk). ``bias`` is added after
+    the scaling, as the float ``attn_mask`` of ``F.scaled_dot_product_attention`` is."""
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))  # (..., Tq, Tk)
+    return masked_softmax(scores if bias is None else scores + bias, mask)
+
+
 def scaled_dot_product(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
     mask: torch.Tensor | None = None,
     dropout: float = 0.0,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(Q K^T / sqrt(d_k)) V over the last two dims, any leading (batch, head) dims.
+    """softmax(Q K^T / sqrt(d_k) + bias) V over the last two dims, any leading (batch, head) dims.
 
-    query (..., Tq, d_k), key (..., Tk, d_k), value (..., Tk, d_v), mask broadcastable to
+    query (..., Tq, d_k), key (..., Tk, d_k), value (..., Tk, d_v), mask and bias broadcastable to
     (..., Tq, Tk). Returns context (..., Tq, d_v) and the weights (..., Tq, Tk); ``dropout`` is
     applied to the weights used for the context only (the returned weights are the distribution).
     """
-    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))  # (..., Tq, Tk)
-    weights = masked_softmax(scores, mask)
+    weights = attention_weights(query, key, mask, bias)
     dropped = cheap_dropout(weights, dropout, training=True)
     return dropped @ value, weights
 
@@ -226,20 +236,92 @@ class RecurrentAttention(nn.Module):
         return torch.bmm(weights, values), weights  # (B, T, Dk), (B, T, S)
 
 
+# ------------------------------------------------------------------ positions in self-attention
+
+
+class RelativePositions(nn.Module):
+    """Shaw et al. (2018): learned embeddings of the clipped distance r_ij = clip(j - i, -k, k)
+    between query position i and key position j, one table shared by the heads of a layer:
+
+        logit_ij = q_i . (k_j + a^K_ij) / sqrt(d_k),   z_i = sum_j w_ij (v_j + a^V_ij)
+
+    with a^K_ij = A^K[r_ij] and, if ``values``, a^V_ij = A^V[r_ij] (else a^V = 0). Distances past
+    +-k share the embedding of +-k. Neither term builds a (Tq, Tk, d_k) tensor of embeddings: the
+    2k + 1 distinct distances are scored once and gathered, and the weights are summed per distance
+    before meeting A^V.
+    """
+
+    def __init__(self, d_k: int, clip: int, values: bool = False) -> None:
+        super().__init__()
+        self.clip = clip
+        self.keys = nn.Embedding(2 * clip + 1, d_k)  # A^K, row r + k for distance r
+        self.values = nn.Embedding(2 * clip + 1, d_k) if values else None  # A^V
+
+    def distances(self, queries: int, keys: int, device: torch.device) -> torch.Tensor:
+        """(Tq, Tk) table rows r_ij + k, for self-attention queries at the last Tq of the key
+        positions 0 .. Tk - 1 (i = Tk - Tq + t: the offset is the cache length when decoding)."""
+        i = torch.arange(keys - queries, keys, device=device).unsqueeze(1)
+        j = torch.arange(keys, device=device).unsqueeze(0)
+        return (j - i).clamp(-self.clip, self.clip) + self.clip
+
+    def key_logits(self, query: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """q_i . a^K_ij: query (..., Tq, d_k), rows (Tq, Tk) -> (..., Tq, Tk), as q A^K^T (one
+        logit per distance, (..., Tq, 2k + 1)) gathered at each pair's distance."""
+        per_distance = query @ self.keys.weight.T  # (..., Tq, 2k + 1)
+        return per_distance.gather(-1, rows.expand(*query.shape[:-1], rows.size(-1)))
+
+    def value_context(self, weights: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """sum_j w_ij a^V_ij = sum_r (sum_{j: r_ij = r} w_ij) A^V[r]: weights (..., Tq, Tk) ->
+        (..., Tq, d_k)."""
+        per_distance = weights.new_zeros(*weights.shape[:-1], self.values.num_embeddings)  # (..., Tq, 2k + 1)
+        per_distance = per_distance.scatter_add(-1, rows.expand_as(weights), weights)
+        return per_distance @ self.values.weight
+
+
+def rotate(x: torch.Tensor, start: int = 0, base: float = 10000.0) -> torch.Tensor:
+    """Rotary positions (RoPE, Su et al. 2021): x (..., T, d) at positions p = start .. start + T - 1,
+    each feature pair (x_m, x_{m + d/2}) rotated by the angle p theta_m, theta_m = base^(-2m / d).
+
+    Rotations compose, R_i^T R_j = R_{j - i}, so (R_i q) . (R_j k) = q . R_{j - i} k: the logit of a
+    rotated query and key depends on their positions only through j - i. No parameters."""
+    half, dtype = x.size(-1) // 2, torch.promote_types(x.dtype, torch.float32)  # angles in fp32 at least
+    position = torch.arange(start, start + x.size(-2), device=x.device, dtype=dtype)
+    theta = base ** (-2.0 * torch.arange(half, device=x.device, dtype=dtype) / x.size(-1))
+    angle = position.unsqueeze(1) * theta  # (T, d/2)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
 # --------------------------------------------------------------------- multi-head attention
+
+
+def fused_kernel_pays(device: torch.device) -> bool:
+    """Whether ``MultiHeadAttention`` uses ``F.scaled_dot_product_attention`` (when it need not
+    return weights): off CPU. On CPU the explicit path is the faster one at NMT sizes, in training
+    (fp32 and bf16) and in incremental decoding (docs/performance.md)."""
+    return device.type != "cpu"
 
 
 class MultiHeadAttention(nn.Module):
     """Vaswani et al. (2017): MHA(Q, K, V) = [head_1; ...; head_h] W_O,
     head_i = softmax(Q W_Q^i (K W_K^i)^T / sqrt(d_k)) V W_V^i.
 
-    On CPU the weights are computed explicitly (with the cheap dropout of :mod:`seq2seq.nn.dropout`
-    in training); on other devices the fused ``F.scaled_dot_product_attention`` kernel is used
-    unless ``need_weights``. Both give the same output. The explicit path is the faster one on
-    CPU at NMT sizes, in training (fp32 and bf16) and in incremental decoding (docs/performance.md).
+    Without ``need_weights`` the fused ``F.scaled_dot_product_attention`` kernel is used where it
+    pays (``fused_kernel_pays``: off CPU), else the weights are computed explicitly (with the cheap
+    dropout of :mod:`seq2seq.nn.dropout` in training). Both give the same output.
+
+    Self-attention may encode positions (never cross-attention): ``relative`` adds the relative
+    position logits q_i . a^K_ij / sqrt(d_k) (``RelativePositions``; the fused kernel gets them as
+    its float mask) and, if the table has values, sum_j w_ij a^V_ij to the context (explicit path
+    only: it needs the weights); ``rotary`` rotates queries and keys by their positions
+    (``rotate``). Positions are absolute: keys are at 0 .. Tk - 1 and the queries are the last Tq
+    of them (Tq = Tk in the encoder and in teacher forcing; in incremental decoding the query
+    position is the cache length).
     """
 
-    def __init__(self, d_model: int, heads: int, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0,
+                 relative: RelativePositions | None = None, rotary: bool = False) -> None:
         super().__init__()
         if d_model % heads:
             raise UserError(f"--d-model ({d_model}) must be divisible by --heads ({heads})")
@@ -247,20 +329,24 @@ class MultiHeadAttention(nn.Module):
         self.q_proj = nn.Linear(d_model, d_model)
         self.kv_proj = nn.Linear(d_model, 2 * d_model)  # fused W_K, W_V
         self.out_proj = nn.Linear(d_model, d_model)
+        self.relative, self.rotary = relative, rotary  # None / False: no parameters, no state_dict keys
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, heads * d_k) -> (B, heads, T, d_k)."""
         return x.view(x.size(0), x.size(1), self.heads, self.d_k).transpose(1, 2)
 
-    def project_kv(self, key: torch.Tensor, value: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Projected keys and values, each (B, heads, Tk, d_k); cache these to attend repeatedly."""
+    def project_kv(self, key: torch.Tensor, value: torch.Tensor | None = None,
+                   start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Projected keys and values, each (B, heads, Tk, d_k); cache these to attend repeatedly.
+        With rotary positions the keys come rotated, as keys at positions start .. start + Tk - 1."""
         if value is None or value is key:
             k, v = self.kv_proj(key).chunk(2, dim=-1)
         else:
             d = self.heads * self.d_k
             k = F.linear(key, self.kv_proj.weight[:d], self.kv_proj.bias[:d])
             v = F.linear(value, self.kv_proj.weight[d:], self.kv_proj.bias[d:])
-        return self._split(k), self._split(v)
+        k = self._split(k)
+        return (rotate(k, start) if self.rotary else k), self._split(v)
 
     def forward(
         self,
@@ -279,16 +365,29 @@ class MultiHeadAttention(nn.Module):
         """
         q = self._split(self.q_proj(query))  # (B, H, Tq, d_k)
         k, v = kv_cache if kv_cache is not None else self.project_kv(key, value)  # (B, H, Tk, d_k)
+        if self.rotary:
+            q = rotate(q, start=k.size(2) - q.size(2))  # the queries are the last Tq key positions
+        rows = bias = None
+        if self.relative is not None:
+            rows = self.relative.distances(q.size(2), k.size(2), q.device)  # (Tq, Tk)
+            bias = self.relative.key_logits(q, rows) / math.sqrt(self.d_k)  # (B, H, Tq, Tk)
+        relative_values = self.relative is not None and self.relative.values is not None
         p = self.dropout if self.training else 0.0
-        explicit = need_weights or q.device.type == "cpu"
-        fused_causal = is_causal and mask is None and not explicit  # let the kernel build the mask
+        explicit = need_weights or relative_values or not fused_kernel_pays(q.device)
+        fused_causal = is_causal and mask is None and bias is None and not explicit  # the kernel builds it
         if is_causal and not fused_causal:
             causal = causal_mask(q.size(2), q.device)  # (Tq, Tk), Tq == Tk
             mask = causal if mask is None else mask & causal
         if explicit:
-            context, weights = scaled_dot_product(q, k, v, mask, dropout=p)
+            weights = attention_weights(q, k, mask, bias)  # (B, H, Tq, Tk)
+            dropped = cheap_dropout(weights, p, training=True)
+            context = dropped @ v
+            if relative_values:
+                context = context + self.relative.value_context(dropped, rows)
             weights = weights if need_weights else None
         else:
+            if bias is not None:  # the relative logits are the kernel's additive float mask
+                mask = bias if mask is None else bias.masked_fill(~mask, torch.finfo(bias.dtype).min)
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
                                                      is_causal=fused_causal)
             weights = None

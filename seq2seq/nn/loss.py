@@ -22,7 +22,13 @@ from __future__ import annotations
 
 import torch
 
-CHUNK_ROWS = 256  # rows per chunk: 256 x V fp32 values stay in cache
+CHUNK_ROWS = 256  # rows per chunk on CPU: 256 x V fp32 values stay in cache
+
+
+def chunk_rows(logits: torch.Tensor) -> int:
+    """Rows per pass: cache-sized chunks on CPU; one pass on a GPU, where each chunk would cost a
+    handful of kernel launches and there is no cache to fit."""
+    return CHUNK_ROWS if logits.device.type == "cpu" else max(logits.size(0), 1)
 
 
 class _LabelSmoothedCrossEntropy(torch.autograd.Function):
@@ -32,10 +38,11 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
         vocab = logits.size(-1)
         lse = torch.empty(logits.size(0), dtype=torch.float32, device=logits.device)
         total_logit = torch.empty_like(lse)
-        for start in range(0, logits.size(0), CHUNK_ROWS):
-            rows = logits[start:start + CHUNK_ROWS].float()
-            lse[start:start + CHUNK_ROWS] = rows.logsumexp(-1)
-            total_logit[start:start + CHUNK_ROWS] = rows.sum(-1)
+        chunk = chunk_rows(logits)
+        for start in range(0, logits.size(0), chunk):
+            rows = logits[start:start + chunk].float()
+            lse[start:start + chunk] = rows.logsumexp(-1)
+            total_logit[start:start + chunk] = rows.sum(-1)
         target_logit = logits.gather(1, target[:, None])[:, 0].float()
         loss = (lse - (1 - eps) * target_logit - (eps / vocab) * total_logit) * weight
         ctx.save_for_backward(logits, target, weight, lse)
@@ -49,8 +56,9 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
         grad = logits if ctx.reuse_logits else torch.empty_like(logits)
         scale = weight * grad_output  # (N,)
         in_place = ctx.reuse_logits and logits.dtype == torch.float32  # computed right in the logits
-        for start in range(0, logits.size(0), CHUNK_ROWS):
-            end = start + CHUNK_ROWS
+        chunk = chunk_rows(logits)
+        for start in range(0, logits.size(0), chunk):
+            end = start + chunk
             g = logits[start:end] if in_place else logits[start:end].to(torch.float32, copy=True)
             g.sub_(lse[start:end, None]).exp_()  # softmax(z)
             g.scatter_add_(1, target[start:end, None], g.new_full((g.size(0), 1), -(1 - eps)))

@@ -177,6 +177,53 @@ def no_sync(wrapped: torch.nn.Module, sync: bool):
     return wrapped.no_sync()
 
 
+class StopRequests:
+    """Ctrl-C (SIGINT) and SIGTERM under torchrun, turned into a request to stop at a step boundary.
+
+    A signal that interrupts a rank inside a collective (DDP's gradient all-reduce, a barrier) would
+    leave the others waiting in it for a partner that never comes: the NCCL watchdog then aborts, or
+    the teardown hangs, after the checkpoint. So while training runs distributed, a signal only sets
+    ``requested``; the training loop shares the flags of all ranks at the end of every step
+    (``agree``) and every rank stops after the same step, where ``last.pt`` is written together.
+    A terminal's Ctrl-C reaches a worker twice (from the terminal and again from torchrun); both
+    only set the flag. A rank that never reaches the next step boundary is ended by torchrun, which
+    kills its workers after its own grace period. In a single process nothing is installed: Ctrl-C
+    raises ``KeyboardInterrupt`` as usual, and the loop saves the state after the last whole step.
+    """
+
+    SIGNALS = ("SIGINT", "SIGTERM")
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def __enter__(self) -> "StopRequests":
+        import signal
+
+        if is_distributed():
+            for name in self.SIGNALS:
+                number = getattr(signal, name)
+                self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+
+        for number, previous in self._previous.items():
+            signal.signal(number, previous)
+        self._previous.clear()
+
+
+def agree(flags: list[bool]) -> list[bool]:
+    """For each position, whether any rank's flag is set (one small all-reduce; identity alone)."""
+    if not is_distributed():
+        return [bool(flag) for flag in flags]
+    return [total > 0 for total in all_reduce_sum([float(bool(flag)) for flag in flags])]
+
+
 @contextmanager
 def ignore_interrupts() -> Iterator[None]:
     """Let a save finish: under torchrun Ctrl-C reaches a worker twice (terminal, then torchrun)."""

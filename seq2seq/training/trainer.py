@@ -38,6 +38,8 @@ from .corpus import PreparedCorpus, StreamingCorpus
 from ..errors import UserError
 from ..analysis.evaluation import corpus_scores
 from ..nn.loss import label_smoothed_cross_entropy
+from ..data.batching import Batch
+from ..data.prefetch import prefetch
 from ..models import build_model
 from ..runtime import JsonlLog, autocast, log, peak_rss_mb, precision_warning, resolve_device, seed_everything
 from ..tokenizer import PAD_ID
@@ -155,6 +157,7 @@ class Trainer:
             seed_everything(cfg.train.seed + self.rank)  # same initial weights, own dropout noise per rank
         self._rng_at_step = rng_state(self.device)
         self.last_step_skipped = False  # fp16: the gradient scaler skipped the update (overflow)
+        self._stop_requests = distributed.StopRequests()  # torchrun: signals stop all ranks together
         autocast(self.device, cfg.train.precision)  # validate --precision early
         self.ddp = distributed.wrap_model(self.model, self.device)  # the model itself in one process
         self.forward = compile_model(self.ddp) if cfg.train.compile else self.ddp
@@ -224,14 +227,8 @@ class Trainer:
         bar = self._progress_bar()
         session_start = time.time() - self.progress.elapsed
         try:
-            while not self.progress.stopped:
-                first_step, whole_epoch = self.progress.step, self.progress.batch_in_epoch == 0
-                for group in self._step_groups():
-                    self._step(group, bar, session_start)
-                    if self._should_stop():
-                        break
-                else:
-                    self._end_epoch(no_step=whole_epoch and self.progress.step == first_step)
+            with self._stop_requests:
+                self._run_epochs(bar, session_start)
         except KeyboardInterrupt:
             self.progress.stopped = "interrupted"  # checkpoint = state after the last completed step
             log("interrupted", step=self.progress.step, checkpoint=self.out / "last.pt")
@@ -239,6 +236,17 @@ class Trainer:
             bar.close()
         self._final_checkpoints()
         return self.progress
+
+    def _run_epochs(self, bar, session_start: float) -> None:
+        """Epochs until a stop: limits, early stopping, or a stop request agreed by all ranks."""
+        while not self.progress.stopped:
+            first_step, whole_epoch = self.progress.step, self.progress.batch_in_epoch == 0
+            for group in self._step_groups():
+                self._step(group, bar, session_start)
+                if self._should_stop():
+                    break
+            else:
+                self._end_epoch(no_step=whole_epoch and self.progress.step == first_step)
 
     def _step(self, group: StepGroup, bar, session_start: float) -> None:
         t0 = time.time()
@@ -266,8 +274,11 @@ class Trainer:
 
     def _final_checkpoints(self) -> None:
         if self.progress.stopped == "interrupted":
-            with distributed.ignore_interrupts():  # ranks may stop at different places: no collective
-                self.save("last.pt")
+            with distributed.ignore_interrupts():
+                if self._stop_requests.requested:  # all ranks stopped after the same step (``agree``)
+                    self._save_last()
+                else:  # KeyboardInterrupt in one process: wherever it struck, no collective
+                    self.save("last.pt")
         else:
             if self.progress.step % max(self.cfg.train.eval_every, 1):
                 self._evaluate_and_checkpoint()
@@ -278,6 +289,8 @@ class Trainer:
     def _batch_groups(self) -> Iterator[list]:
         """Groups of ``accumulate`` batches from the current epoch, resuming mid-epoch."""
         batches = self.corpus.train_batches(self.progress.epoch, start=self.progress.batch_in_epoch)
+        if self.device.type == "cuda":  # collate and pin the next batches while this step runs
+            batches = prefetch(batches, Batch.pin_memory)
         group = []
         for batch in batches:
             group.append(batch)
@@ -291,17 +304,19 @@ class Trainer:
         for group, tokens in distributed.lockstep(self._batch_groups(), count):
             yield StepGroup(group, tokens)
 
-    def train_step(self, group: StepGroup | list) -> tuple[float, int]:
-        """One optimizer update from ``group`` micro-batches; loss is per target token of the step.
+    def train_step(self, group: StepGroup | list) -> tuple[torch.Tensor, int]:
+        """One optimizer update from ``group`` micro-batches; returns (loss, tokens).
 
         Each rank backpropagates sum(loss) / (tokens / world); DDP averages gradients over the world
         ranks, giving sum over all ranks' batches of loss / tokens, as one process would compute.
         ``tokens`` counts all ranks (``StepGroup.tokens``; a plain list counts its own batches).
+        ``loss`` is this rank's summed loss / ``tokens``, a 0-dim tensor left on the device: reading
+        it waits for the device, so the loop reads it (and sums it over ranks) on log steps only.
         """
         self.model.train()
         total_tokens = group.tokens if isinstance(group, StepGroup) else sum(b.num_tgt_tokens for b in group)
         normaliser = total_tokens / self.world
-        total_loss = 0.0
+        total_loss = torch.zeros((), device=self.device)
         for i, batch in enumerate(group):
             batch = batch.to(self.device)
             with distributed.no_sync(self.ddp, sync=i == len(group) - 1):
@@ -309,8 +324,7 @@ class Trainer:
                     logits, _ = self.forward(batch.src, batch.src_mask, batch.tgt_in)
                 loss = sequence_loss(logits, batch.tgt_out, self.cfg.train.label_smoothing, reuse_logits=True)
                 self.scaler.scale(loss / normaliser).backward()
-            total_loss += loss.item()
-        [total_loss] = distributed.all_reduce_sum([total_loss])
+            total_loss += loss.detach()
         self.scaler.unscale_(self.optimizer)
         if self.cfg.train.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip_norm)
@@ -325,13 +339,14 @@ class Trainer:
             self.scheduler.step()
         return total_loss / max(total_tokens, 1), total_tokens
 
-    def _after_step(self, loss: float, tokens: int, bar) -> None:
+    def _after_step(self, rank_loss: torch.Tensor, tokens: int, bar) -> None:
         p, tc = self.progress, self.cfg.train
         lr = self.optimizer.param_groups[0]["lr"]
         bar.update(1)
-        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{p.tgt_tokens / max(p.train_seconds, 1e-9):.0f}")
-        if p.step % max(tc.log_every, 1) == 0:
+        if p.step % max(tc.log_every, 1) == 0:  # the only place the loop waits for the device's loss
+            [loss] = distributed.all_reduce_sum([float(rank_loss)])
             tok_s = p.tgt_tokens / max(p.train_seconds, 1e-9)
+            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:.0f}")
             self.metrics.write({"kind": "train", "step": p.step, "epoch": p.epoch, "loss": loss, "lr": lr,
                                 "tokens_per_s": tok_s, "elapsed": p.elapsed})
             if self.quiet:
@@ -341,8 +356,14 @@ class Trainer:
 
     def _should_stop(self) -> bool:
         p, tc = self.progress, self.cfg.train
-        out_of_time = bool(tc.max_minutes) and distributed.broadcast_flag(p.elapsed >= tc.max_minutes * 60)
-        if tc.max_steps and p.step >= tc.max_steps:
+        # rank 0's clock decides the time limit; a stop request on any rank stops all (StopRequests)
+        out_of_time, interrupted = distributed.agree(
+            [self.main and bool(tc.max_minutes) and p.elapsed >= tc.max_minutes * 60, self._stop_requests.requested])
+        if interrupted:
+            self._stop_requests.requested = True
+            p.stopped = "interrupted"
+            log("interrupted", step=p.step, checkpoint=self.out / "last.pt")
+        elif tc.max_steps and p.step >= tc.max_steps:
             p.stopped = "max_steps"
         elif out_of_time:
             p.stopped = "max_minutes"
@@ -373,18 +394,18 @@ class Trainer:
     def validate(self) -> dict[str, float]:
         """Teacher-forced loss/perplexity and BLEU of greedy (or ``eval_beam_size``) decoding."""
         self.model.eval()
-        loss_sum, tokens = 0.0, 0
+        loss_sum, tokens = torch.zeros((), device=self.device), 0
         for batch in self.corpus.eval_batches("validation"):
             batch = batch.to(self.device)
             with autocast(self.device, self.cfg.train.precision):
                 logits, _ = self.model(batch.src, batch.src_mask, batch.tgt_in)
-            loss_sum += sequence_loss(logits, batch.tgt_out).item()
+            loss_sum += sequence_loss(logits, batch.tgt_out)
             tokens += batch.num_tgt_tokens
         sources, references = self.corpus.texts("validation", self.cfg.train.eval_max_sentences)
         translator = Translator(self.model, self.corpus.tokenizer, self.device)
         hyps = translator.translate(sources, beam_size=self.cfg.train.eval_beam_size, need_attention=False)
         bleu = corpus_scores([h.text for h in hyps], references, ("bleu",))["bleu"].score
-        loss = loss_sum / max(tokens, 1)
+        loss = float(loss_sum) / max(tokens, 1)
         return {"loss": loss, "ppl": math.exp(min(loss, 50)), "bleu": bleu}
 
     def _progress_bar(self):
@@ -433,7 +454,7 @@ def train(cfg: RunConfig, resume: bool = False, quiet: bool = False, final_test:
 
 def _train(cfg: RunConfig, resume: bool, quiet: bool, final_test: bool) -> TrainResult:
     from .corpus import prepare_run_corpus
-    from ..runtime import set_threads
+    from ..runtime import allow_tf32, set_threads
 
     out = Path(cfg.output_dir)
     if resume:
@@ -443,6 +464,7 @@ def _train(cfg: RunConfig, resume: bool, quiet: bool, final_test: bool) -> Train
                         "or choose another --output-dir")
     cfg.model.validate()
     set_threads(cfg.train.threads)
+    allow_tf32(cfg.train.tf32)
     seed_everything(cfg.train.seed)
     slow = precision_warning(resolve_device(cfg.train.device), cfg.train.precision)  # before any work
     if slow:
@@ -547,7 +569,7 @@ def _resumed_config(cfg: RunConfig, out: Path) -> RunConfig:
     """The checkpoint's config, with this invocation's stopping limits and device."""
     payload = load_checkpoint(out / "last.pt")
     saved = RunConfig.from_dict(payload["config"], source=f"checkpoint {out / 'last.pt'}")
-    for name in LIMIT_FIELDS + ("device", "threads"):
+    for name in LIMIT_FIELDS + ("device", "threads", "tf32"):
         setattr(saved.train, name, getattr(cfg.train, name))
     saved.output_dir = str(out)
     return saved
