@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, StringConstraints, TypeAdapter, ValidationError
+from pydantic import ConfigDict, NonNegativeFloat, NonNegativeInt, StringConstraints, TypeAdapter, ValidationError
 
 from .errors import UserError
 
@@ -139,7 +139,8 @@ class TrainConfig:
     seed: int = option(1, "random seed (same seed and data = same run on CPU)")
     device: Device = option("auto", "where to train: auto (CUDA when present), cpu, cuda or cuda:N")
     tf32: bool = option(False, "CUDA: TF32 matmuls and cuDNN on Ampere or newer (faster fp32, ~1e-3 relative error)")
-    precision: Literal["fp32", "bf16", "fp16"] = option("fp32", "autocast precision (fp16: CUDA only)")
+    precision: Literal["fp32", "bf16", "fp16", "auto"] = option(
+        "fp32", "autocast precision (fp16: CUDA only; auto: bf16 where the hardware runs it natively, else fp32)")
     optimizer: Literal["adam", "adamw"] = option("adamw", "optimizer")
     lr: float = option(1e-3, "peak learning rate")
     weight_decay: float = option(0.0, "AdamW weight decay")
@@ -160,6 +161,12 @@ class TrainConfig:
     eval_max_sentences: int = option(0, "validate on at most this many sentences (0 = all)")
     patience: int = option(0, "early stopping: evaluations without BLEU improvement (0 = off)")
     log_every: int = option(50, "log a training line every N steps")
+    save_every: NonNegativeInt = option(0, "also write last.pt every N steps, independent of validation (0 = off)")
+    save_every_minutes: NonNegativeFloat = option(0.0, "also write last.pt every N minutes of training (0 = off)")
+    keep_best: NonNegativeInt = option(
+        0, "keep the N best checkpoints by validation BLEU in RUN/checkpoints/ (for seq2seq average)")
+    keep_last: NonNegativeInt = option(0, "keep the N newest validation / periodic checkpoints in RUN/checkpoints/")
+    tensorboard: str | None = option(None, "write TensorBoard logs (scalars, attention heatmaps) to this directory")
     compile: bool = option(False, "torch.compile the model (slow to start on CPU)")
     threads: int = option(0, "CPU threads (0 = PyTorch's default)")
 
@@ -190,18 +197,65 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
+#: The beam size when none is given (``DecodeConfig.beam_size`` None): beam search, or 1 with sampling.
+DEFAULT_BEAM_SIZE = 5
+
+
 @dataclass
 class DecodeConfig:
-    """How ``seq2seq translate`` and ``Translator.translate`` search (the same defaults for both)."""
+    """How ``seq2seq translate`` and ``Translator.translate`` search or sample (the same defaults
+    for both; ``check_decoding`` names bad values before any work)."""
 
     __pydantic_config__ = STRICT
 
-    beam_size: int = option(5, "beam size (1 = greedy)")
+    beam_size: int | None = option(None, "beam size (1 = greedy; --sample needs 1)")
     length_penalty: float = option(1.0, "GNMT length penalty alpha (0 = none)")
-    n_best: int = option(1, "hypotheses per input")
-    batch_size: int | None = option(None, "sentences decoded together (default: 320 / beam size)")
+    n_best: int = option(1, "hypotheses per input (with --sample: independent samples per input)")
+    batch_size: int | None = option(None, "sentences decoded together (None: 320 / beam size; sampling: 320 / "
+                                          "n-best)")
     max_output_ratio: float = option(1.5, "outputs stop at this ratio x source subwords + 10")
     max_input_tokens: int = option(250, "longer inputs are cut to this many subwords, with a warning")
+    sample: bool = option(False, "sample every output token from the model's distribution (shaped by "
+                                 "--temperature, --top-k, --top-p) instead of searching for the most "
+                                 "probable output: back-translation, diversity")
+    top_k: int = option(0, "with --sample: draw from the k most probable tokens only (0 = no limit)")
+    top_p: float = option(1.0, "with --sample: nucleus sampling: draw from the smallest set of most probable "
+                               "tokens whose probability reaches p, in (0, 1] (1 = no limit)")
+    temperature: float = option(1.0, "with --sample: divide the logits by T (< 1 sharper, > 1 flatter; "
+                                     "0 = always the most probable token, i.e. greedy)")
+    seed: int | None = option(None, "with --sample: random seed; the same seed gives the same samples "
+                                    "(None: different samples every run)")
+
+
+def check_decoding(beam_size: int | None, n_best: int, sample: bool = False, top_k: int = 0,
+                   top_p: float = 1.0, temperature: float = 1.0, seed: int | None = None) -> int:
+    """Named errors for bad search / sampling options (before any work); returns the beam size
+    that runs: ``beam_size``, or when None ``DEFAULT_BEAM_SIZE`` (search) / 1 (``sample``).
+
+    Sampling draws ``n_best`` independent samples per input and has no beam: an explicit beam size
+    above 1 with ``sample`` is an error, and so are the sampling options without ``sample``."""
+    if not sample:
+        given = [flag for flag, value, default in (("--top-k", top_k, 0), ("--top-p", top_p, 1.0),
+                                                   ("--temperature", temperature, 1.0), ("--seed", seed, None))
+                 if value != default]
+        if given:
+            raise UserError(f"{', '.join(given)}: sampling option(s), used only with --sample (sample=True)")
+        beam = DEFAULT_BEAM_SIZE if beam_size is None else beam_size
+        if beam < 1 or not 1 <= n_best <= beam:
+            raise UserError(f"need 1 <= --n-best ({n_best}) <= --beam-size ({beam})")
+        return beam
+    if beam_size is not None and beam_size != 1:
+        raise UserError(f"--sample draws every token at random and has no beam: --beam-size must be 1 or "
+                        f"unset, got {beam_size} (--n-best N draws N independent samples per input)")
+    if n_best < 1:
+        raise UserError(f"--n-best (samples per input) must be >= 1, got {n_best}")
+    if top_k < 0:
+        raise UserError(f"--top-k must be >= 0 (0 = no limit), got {top_k}")
+    if not 0.0 < top_p <= 1.0:
+        raise UserError(f"--top-p must be in (0, 1] (1 = no limit), got {top_p}")
+    if not 0.0 <= temperature < float("inf"):
+        raise UserError(f"--temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
+    return 1
 
 
 @dataclass

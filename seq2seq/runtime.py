@@ -83,6 +83,18 @@ def cpu_has_native_bf16() -> bool:
         return "AVX512" in torch.backends.cpu.get_cpu_capability()
 
 
+def resolve_precision(device: torch.device, precision: str) -> str:
+    """``auto``: bf16 where ``device`` runs it natively (a CUDA GPU with bf16, a CPU with AVX512-BF16
+    or AMX), else fp32; any other value is returned as given."""
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        native = torch.cuda.get_device_capability(device) >= (8, 0)
+    else:
+        native = device.type == "cpu" and cpu_has_native_bf16()
+    return "bf16" if native else "fp32"
+
+
 def precision_warning(device: torch.device, precision: str) -> str | None:
     """Why ``--precision`` will be slow on ``device``, or None (validates it too)."""
     autocast(device, precision)

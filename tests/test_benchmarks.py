@@ -75,6 +75,22 @@ def test_positions_benchmark_trains_each_encoding_on_short_sources_and_scores_by
     assert "| rope |" in table and "8-10 w, n=2 (unseen)" in table
 
 
+def test_combine_benchmark_averages_checkpoints_and_ensembles_an_rnn_with_a_transformer(data, tmp_path):
+    out = tmp_path / "combine.json"
+    tiny = ["--d-model", "32", "--heads", "2", "--ff-size", "64", "--layers", "1", "--embed-dim", "32",
+            "--hidden-size", "32", "--decoder-hidden-size", "48", "--vocab-size", "60", "--eval-max-sentences", "4"]
+    script("bench_combine.py", "--data-dir", str(data), "--src", "en", "--tgt", "de", "--test-split", "test",
+           "--steps", "6", "--eval-every", "3", "--keep", "2", "--device", "cpu", "--out", str(out), "--", *tiny,
+           cwd=tmp_path)
+    record = check_record(out, "combine")
+    assert list(record["systems"]) == ["transformer best.pt", "average best 2", "average last 2", "rnn best.pt",
+                                       "ensemble rnn + transformer"]
+    assert record["systems"]["ensemble rnn + transformer"]["checkpoints"] == ["rnn/best.pt", "transformer/best.pt"]
+    assert all(0 <= r["test"]["bleu"] <= 100 and r["val"]["sentences_per_s"] > 0 for r in record["systems"].values())
+    assert record["train"]["transformer"]["steps"] == record["train"]["rnn"]["steps"] == 6
+    assert "| ensemble rnn + transformer |" in (tmp_path / "combine.md").read_text()
+
+
 def test_speed_benchmark_measures_training_steps(data, tmp_path):
     out = tmp_path / "speed"
     script("bench.py", "speed", "--data-dir", str(data), "--src", "en", "--tgt", "de", "--test-split", "test",

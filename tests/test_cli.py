@@ -1,12 +1,14 @@
 """train.py and translate.py as a user runs them: subprocesses, exit codes, stdin/stdout, files."""
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,6 +71,24 @@ def test_output_file_reference_scores_and_nbest(checkpoint, tmp_path):
                 stdin="seven\n")
     rows = nbest.stdout.splitlines()
     assert len(rows) == 3 and all(r.startswith("0 ||| ") for r in rows)
+    export = tmp_path / "nbest.jsonl"
+    proc = run("translate.py", "--checkpoint", str(checkpoint), "--beam-size", "3", "--n-best", "3",
+               "--alignments", str(export), stdin="three hundred and four\n")
+    assert proc.returncode == 0, proc.stderr
+    [record] = [json.loads(line) for line in export.read_text(encoding="utf-8").splitlines()]
+    alternatives = record["alternatives"]
+    assert [a["rank"] for a in alternatives] == [2, 3]
+    texts = [line.split(" ||| ")[1] for line in proc.stdout.splitlines()]
+    assert [record["target"]] + [a["target"] for a in alternatives] == texts  # the n-best list, in order
+    arrays = np.load(export.with_suffix(".npz"))
+    from seq2seq.decoding.translator import Translator
+
+    [best] = Translator.from_checkpoint(checkpoint, device="cpu").translate(["three hundred and four"], beam_size=3,
+                                                                            n_best=3)
+    for alternative, expected in zip(alternatives, best.alternatives[1:]):  # each with its own attention
+        assert alternative["tgt_pieces"] + ["</s>"] == expected.tgt_pieces  # EOS dropped (no --include-eos)
+        assert alternative["subword_shape"] == [len(expected.tgt_pieces) - 1, len(record["src_pieces"])]
+        np.testing.assert_allclose(arrays[f"s0_alt{alternative['rank']}_attention"], expected.attention, atol=1e-6)
 
 
 def test_shortlist_written_by_training_used_by_translate_and_rebuilt_by_its_cli(checkpoint, tmp_path):
@@ -100,6 +120,84 @@ def test_shortlist_written_by_training_used_by_translate_and_rebuilt_by_its_cli(
     assert proc.returncode == 2 and "line-aligned" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_translate_samples_reproducibly_with_a_seed(checkpoint):
+    lines = "twenty-one\nseven\n\nthree hundred and five\nninety-nine\n"
+    common = ["--checkpoint", str(checkpoint), "--sample", "--quiet"]
+    first = run("translate.py", *common, "--top-p", "0.9", "--seed", "1", stdin=lines)
+    assert first.returncode == 0, first.stderr
+    assert len(first.stdout.split("\n")) == 6 and first.stdout.split("\n")[2] == ""
+    for extra in ([], ["--batch-size", "1"]):  # the same seed: the same samples, whatever the batching
+        again = run("translate.py", *common, "--top-p", "0.9", "--seed", "1", *extra, stdin=lines)
+        assert again.stdout == first.stdout, again.stderr
+    hot = [run("translate.py", *common, "--temperature", "5", "--seed", seed, stdin=lines).stdout for seed in "12"]
+    assert hot[0] != hot[1]
+    nbest = run("translate.py", *common, "--n-best", "3", "--top-k", "5", "--seed", "2", stdin="seven\n")
+    rows = nbest.stdout.splitlines()
+    assert nbest.returncode == 0 and len(rows) == 3 and all(r.startswith("0 ||| ") for r in rows), nbest.stderr
+    scores = [float(r.rsplit("|||", 1)[1]) for r in rows]
+    assert scores == sorted(scores, reverse=True)
+
+
+def _checkpoint_like(checkpoint: Path, path: Path, tokenizer=None, **model) -> Path:
+    """A checkpoint with the same tokenizer (or ``tokenizer``) as ``checkpoint`` and an untrained
+    model of another shape (``model`` options)."""
+    import torch
+
+    from seq2seq.config import ModelConfig, RunConfig
+    from seq2seq.models import build_model
+    from seq2seq.training.checkpoint import bytes_to_tensor, load_checkpoint, save_checkpoint
+
+    payload = load_checkpoint(checkpoint)
+    if tokenizer is not None:
+        payload["tokenizer"] = bytes_to_tensor(tokenizer.to_bytes())
+    vocab = payload["config"]["model"]["vocab_size"] if tokenizer is None else tokenizer.vocab_size
+    config = RunConfig(model=ModelConfig(vocab_size=vocab, **model)).resolved()
+    torch.manual_seed(0)
+    save_checkpoint(path, {**payload, "config": config.to_dict(), "model": build_model(config.model).state_dict()})
+    return path
+
+
+def test_translate_with_an_ensemble_of_checkpoints(checkpoint, tmp_path):
+    import json
+
+    import numpy as np
+
+    from seq2seq.tokenizer import Tokenizer
+
+    lines = "twenty-one\n\nseven\n"
+    rnn = _checkpoint_like(checkpoint, tmp_path / "rnn.pt", arch="rnn", embed_dim=16, hidden_size=16,
+                           decoder_hidden_size=32)
+    single = run("translate.py", "--checkpoint", str(checkpoint), "--beam-size", "2", "--quiet", stdin=lines)
+    twice = run("translate.py", "--checkpoint", str(checkpoint), str(checkpoint), "--beam-size", "2", "--quiet",
+                stdin=lines)
+    assert twice.returncode == 0 and twice.stdout == single.stdout, twice.stderr  # a model with itself
+    align = tmp_path / "align.jsonl"
+    mixed = run("translate.py", "--checkpoint", str(checkpoint), str(rnn), "--beam-size", "2", "--quiet",
+                "--alignments", str(align), "--attribution", "occlusion", stdin=lines)
+    assert mixed.returncode == 0 and len(mixed.stdout.split("\n")) == 4, mixed.stderr
+    records = [json.loads(line) for line in align.read_text(encoding="utf-8").splitlines()]
+    assert len(records) == 3 and records[1]["members"][1]["attention_shape"] == [1, 1, 0, 0]  # empty line
+    first = records[0]
+    assert [m["checkpoint"] for m in first["members"]] == [str(checkpoint), str(rnn)]
+    assert first["members"][0]["subword_matrix"] == first["subword_matrix"]  # the record's own: member 0's
+    assert first["members"][0]["attention_shape"] == first["attention_shape"]
+    assert first["members"][1]["attention_shape"] == [1, 1] + first["attention_shape"][2:]
+    assert "occlusion" in first["attribution"]
+    with np.load(align.with_suffix(".npz")) as arrays:
+        assert arrays["s0_member0_attention"].shape == tuple(first["attention_shape"])
+        assert arrays["s0_member1_attention"].shape == tuple(first["members"][1]["attention_shape"])
+        np.testing.assert_array_equal(arrays["s0_member0_attention"], arrays["s0_attention"])
+    sampled = run("translate.py", "--checkpoint", str(checkpoint), str(rnn), "--sample", "--seed", "3", "--quiet",
+                  stdin=lines)
+    assert sampled.returncode == 0 and len(sampled.stdout.split("\n")) == 4, sampled.stderr
+    other = Tokenizer.train(["eins zwei drei", "one two three"] * 5, vocab_size=20)
+    foreign = _checkpoint_like(checkpoint, tmp_path / "foreign.pt", tokenizer=other, arch="transformer", d_model=16,
+                               heads=2, ff_size=32, layers=1)
+    proc = run("translate.py", "--checkpoint", str(checkpoint), str(foreign), stdin=lines)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert str(checkpoint) in proc.stderr and str(foreign) in proc.stderr and "SentencePiece" in proc.stderr
+
+
 @pytest.mark.parametrize("args, message", [
     (["--checkpoint", "nowhere.pt"], "no such file"),
     (["--checkpoint", "CKPT", "--shortlist", "absent.npz"], "absent.npz"),
@@ -108,11 +206,18 @@ def test_shortlist_written_by_training_used_by_translate_and_rebuilt_by_its_cli(
     (["--checkpoint", "CKPT", "--input", "missing.txt"], "missing.txt"),
     (["--checkpoint", "CKPT", "--n-best", "3", "--beam-size", "2"], "--n-best"),
     (["--checkpoint", "CKPT", "--reference", "REF"], "--reference"),
+    (["--checkpoint", "CKPT", "--sample", "--beam-size", "3"], "has no beam"),
+    (["--checkpoint", "CKPT", "--sample", "--top-k", "-1"], "--top-k must be >= 0"),
+    (["--checkpoint", "CKPT", "--sample", "--top-p", "1.5"], "--top-p must be in (0, 1]"),
+    (["--checkpoint", "CKPT", "--sample", "--temperature", "-1"], "--temperature must be"),
+    (["--checkpoint", "CKPT", "--top-p", "0.9"], "used only with --sample"),
+    (["--checkpoint", "CKPT", "CKPT", "--alignments", "OUT", "--attribution", "gradient"], "occlusion"),
 ])
 def test_translate_errors_are_one_line_without_traceback(checkpoint, tmp_path, args, message):
     ref = tmp_path / "ref.txt"
     ref.write_text("a\nb\nc\n", encoding="utf-8")
-    args = [str(checkpoint) if a == "CKPT" else str(ref) if a == "REF" else a for a in args]
+    args = [str(checkpoint) if a == "CKPT" else str(ref) if a == "REF" else str(tmp_path / "a.jsonl") if a == "OUT"
+            else a for a in args]
     proc = run("translate.py", *args, stdin="seven\n")
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from seq2seq.cli import config_from_flags
-from seq2seq.config import PRESETS, DecodeConfig, ModelConfig, RunConfig, TrainConfig, config_to_yaml
+from seq2seq.config import DEFAULT_BEAM_SIZE, PRESETS, DecodeConfig, ModelConfig, RunConfig, TrainConfig, config_to_yaml
 from seq2seq.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,7 +96,7 @@ def test_help_shows_the_defaults_that_run():
     assert "--lr LR peak learning rate (default: 0.001)" in text
     translate = " ".join(subprocess.run([sys.executable, "-m", "seq2seq", "translate", "--help"],
                                         capture_output=True, text=True).stdout.split())
-    assert f"beam size (1 = greedy) (default: {DecodeConfig.beam_size})" in translate
+    assert f"beam size (1 = greedy; --sample needs 1) (default: {DEFAULT_BEAM_SIZE}; 1 with --sample)" in translate
 
 
 def test_translator_defaults_are_the_commands():
@@ -105,7 +105,8 @@ def test_translator_defaults_are_the_commands():
     from seq2seq.decoding.translator import Translator
 
     defaults = {name: p.default for name, p in inspect.signature(Translator.translate).parameters.items()}
-    for field in ("beam_size", "length_penalty", "n_best", "batch_size", "max_output_ratio"):
+    for field in ("beam_size", "length_penalty", "n_best", "batch_size", "max_output_ratio", "sample", "top_k",
+                  "top_p", "temperature", "seed"):
         assert defaults[field] == getattr(DecodeConfig, field), field
 
 

@@ -183,3 +183,23 @@ def test_training_reads_the_loss_from_the_device_only_on_log_steps(tmp_path, mon
     result = train_run(cfg, quiet=True)
     assert result.progress.step == 6
     assert len(reads) == 2  # steps 3 and 6
+
+
+@pytest.mark.parametrize("native, expected", [(True, "bf16"), (False, "fp32")])
+def test_precision_auto_picks_bf16_only_where_the_hardware_runs_it_natively(monkeypatch, native, expected):
+    from seq2seq.runtime import resolve_precision
+
+    monkeypatch.setattr("seq2seq.runtime.cpu_has_native_bf16", lambda: native)
+    assert resolve_precision(torch.device("cpu"), "auto") == expected
+    assert resolve_precision(torch.device("cpu"), "fp32") == "fp32"  # explicit choices stay
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0) if native else (7, 5))
+    assert resolve_precision(torch.device("cuda"), "auto") == expected
+
+
+def test_training_with_precision_auto_logs_its_choice(tmp_path, monkeypatch, capsys):
+    from test_training import tiny_config
+    from seq2seq.training.trainer import train as train_run
+
+    monkeypatch.setattr("seq2seq.runtime.cpu_has_native_bf16", lambda: False)
+    train_run(tiny_config(tmp_path / "run", max_steps=2, eval_every=0, precision="auto", device="cpu"))
+    assert "precision=fp32" in capsys.readouterr().err

@@ -105,7 +105,7 @@ def test_cjk_without_font_warns_once(tmp_path, monkeypatch):
 
 def test_cjk_font_family_used_when_available(monkeypatch):
     monkeypatch.setattr(plotting, "cjk_font", lambda: "Fake CJK Sans")
-    with plotting._label_fonts(["你好"]):
+    with plotting.label_fonts(["你好"]):
         assert list(matplotlib.rcParams["font.family"]) == ["Fake CJK Sans", "DejaVu Sans"]
-    with plotting._label_fonts(["Grüße"]):
+    with plotting.label_fonts(["Grüße"]):
         assert "Fake CJK Sans" not in matplotlib.rcParams["font.family"]

@@ -33,6 +33,10 @@ JSONL schema (one JSON object per line, UTF-8, one line per sentence)
 ``layer``            the layer asked for (int or "all"); ``layer_used`` the index actually used
 ``heads``            "mean" or the list of head indices averaged
 ``include_eos``, ``method`` ("argmax" | "threshold"), ``threshold`` (float or null)
+``members``          only for an ensemble (several checkpoints): one object per member, in order,
+                     with ``checkpoint``, ``attention_shape``, ``layer_used``, ``subword_matrix``,
+                     ``word_matrix``, ``subword_shape``, ``word_shape``, ``pharaoh_subword``,
+                     ``pharaoh_word`` (the record's own matrices are member 0's)
 ``attribution``      only with attributions (``translate.py --attribution``): one object per
                      method, keyed by method name ("gradient", "integrated-gradients",
                      "occlusion"); labels are the record's piece/word lists above:
@@ -54,6 +58,7 @@ NPZ schema (written on close, only if ``npz_path`` is given; no pickled objects)
 ``s{index}_words``           float32 (Tw, Sw) = ``word_matrix`` unrounded
 ``s{index}_src_pieces`` / ``s{index}_tgt_pieces``  str arrays (labels of ``s{index}_attention``
                              without EOS)
+``s{index}_member{m}_attention``  float32 (L_m, H_m, T+1, S+1) ensemble member m's raw attention
 ``s{index}_attr_{method}_raw``    float64 (T+1, S+1) signed attribution incl. EOS (if asked)
 ``s{index}_attr_{method}``        float32 row-normalized subword attribution (EOS policy as above)
 ``s{index}_attr_{method}_words``  float32 word-level attribution

@@ -71,7 +71,7 @@ def cjk_font() -> str | None:
 
 
 @contextlib.contextmanager
-def _label_fonts(labels: Iterable[str]) -> Iterator[None]:
+def label_fonts(labels: Iterable[str]) -> Iterator[None]:
     """Font settings for drawing and saving a figure whose text includes ``labels``."""
     global _cjk_warned
     if not any(has_cjk(label) for label in labels):
@@ -182,19 +182,27 @@ def plot_alignment(matrix, src_labels: Sequence[str], tgt_labels: Sequence[str],
 
     ``annotate`` (default: when both sides have at most 12 labels) writes each weight in its cell.
     """
+    with label_fonts([*src_labels, *tgt_labels, title or ""]):  # drawing and saving
+        return _save(alignment_figure(matrix, src_labels, tgt_labels, title, annotate),
+                     output_paths(path_or_paths, formats))
+
+
+def alignment_figure(matrix, src_labels: Sequence[str], tgt_labels: Sequence[str], title: str | None = None,
+                     annotate: bool | None = None) -> Figure:
+    """The figure ``plot_alignment`` saves (also for TensorBoard's ``add_figure``); render it inside
+    ``label_fonts`` of the same labels when they may hold CJK text."""
     m = _check(matrix, src_labels, tgt_labels)
     annotate = max(m.shape) <= ANNOTATE_MAX if annotate is None else annotate
     width = _cell_inches(len(src_labels), 0.5 if annotate else 0.3, 3.0) + 1.8
     height = _cell_inches(len(tgt_labels), 0.4 if annotate else 0.3, 2.0) + _label_room(src_labels)
-    with _label_fonts([*src_labels, *tgt_labels, title or ""]):
-        fig = Figure(figsize=(width, height))
-        ax = fig.add_subplot()
-        image = _heatmap(ax, m, src_labels, tgt_labels, annotate, vmax=_vmax(m))
-        if title:  # below the plot: the rotated source labels take the space above it
-            ax.set_xlabel(title, fontsize=10)
-        if image is not None:
-            fig.colorbar(image, ax=ax, fraction=0.05, pad=0.03)
-        return _save(fig, output_paths(path_or_paths, formats))
+    fig = Figure(figsize=(width, height))
+    ax = fig.add_subplot()
+    image = _heatmap(ax, m, src_labels, tgt_labels, annotate, vmax=_vmax(m))
+    if title:  # below the plot: the rotated source labels take the space above it
+        ax.set_xlabel(title, fontsize=10)
+    if image is not None:
+        fig.colorbar(image, ax=ax, fraction=0.05, pad=0.03)
+    return fig
 
 
 def plot_attention_grid(attn, src_labels: Sequence[str], tgt_labels: Sequence[str],
@@ -210,7 +218,7 @@ def plot_attention_grid(attn, src_labels: Sequence[str], tgt_labels: Sequence[st
         _check(a[layer, 0], src_labels, tgt_labels)
     cell_w = _cell_inches(len(src_labels), 0.22, 1.6, 8.0)
     cell_h = _cell_inches(len(tgt_labels), 0.22, 1.2, 8.0)
-    with _label_fonts([*src_labels, *tgt_labels, title or ""]):
+    with label_fonts([*src_labels, *tgt_labels, title or ""]):
         fig = Figure(figsize=(cell_w * heads + 1.5, cell_h * layers + _label_room(src_labels) + 0.6))
         axes = fig.subplots(layers, heads, squeeze=False)
         image, vmax = None, _vmax(a)
@@ -245,7 +253,7 @@ def plot_side_by_side(matrices: Sequence, titles: Sequence[str], src_labels: Seq
     rows = max((len(t) for t in tgt_labels_list), default=0)
     height = _cell_inches(rows, 0.4, 2.0) + max((_label_room(s) for s in src_list), default=0.3)
     labels = [x for group in (*src_list, *tgt_labels_list, titles) for x in group]
-    with _label_fonts(labels):
+    with label_fonts(labels):
         fig = Figure(figsize=(width + 1.0, height + 0.5))
         axes = fig.subplots(1, max(len(ms), 1), squeeze=False)[0]
         image, vmax = None, _vmax(*ms)
@@ -267,7 +275,7 @@ def plot_curves(series: dict[str, tuple[Sequence[float], Sequence[float]]], xlab
     a plot where no series has points says so in its middle."""
     labels = [name if len(xs) or not empty_note else f"{name} ({empty_note})"
               for name, (xs, _) in series.items()]
-    with _label_fonts([*labels, title or "", xlabel, ylabel]):
+    with label_fonts([*labels, title or "", xlabel, ylabel]):
         fig = Figure(figsize=(6.4, 4.0))
         ax = fig.add_subplot()
         for label, (xs, ys) in zip(labels, series.values()):
@@ -329,7 +337,7 @@ def plot_grouped_bars(groups: Sequence[str], series: dict[str, Sequence[float | 
     names = list(series)
     width = 0.8 / max(len(names), 1)
     centers = np.arange(len(groups), dtype=np.float64)
-    with _label_fonts([*groups, *names, title or "", xlabel, ylabel]):
+    with label_fonts([*groups, *names, title or "", xlabel, ylabel]):
         fig = Figure(figsize=(max(6.4, 0.6 * len(groups) * max(len(names), 1) + 2), 4.0))
         ax = fig.add_subplot()
         for k, name in enumerate(names):

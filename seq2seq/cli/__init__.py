@@ -1,6 +1,6 @@
 """The ``seq2seq`` command: one subcommand per module of this package, imported only when run.
 
-    seq2seq train | translate | align | compare | shortlist [options]    (seq2seq CMD --help)
+    seq2seq train | translate | align | compare | shortlist | average [options]    (seq2seq CMD --help)
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ COMMANDS = {
     "align": "score attention alignments against gold links (precision, recall, AER)",
     "compare": "side-by-side report of several trained systems on one test set",
     "shortlist": "build a run's lexical shortlist for translate --shortlist",
+    "average": "average the weights of several checkpoints of one run",
 }
 
 

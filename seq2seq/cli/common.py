@@ -14,8 +14,8 @@ import sys
 import typing
 from typing import Any, Callable, Literal, get_type_hints
 
-from ..config import (ARCH_DEFAULTS, PRESETS, SECTIONS, DecodeConfig, RunConfig, load_config_file, merge_layers,
-                      preset)
+from ..config import (ARCH_DEFAULTS, DEFAULT_BEAM_SIZE, PRESETS, SECTIONS, DecodeConfig, RunConfig, load_config_file,
+                      merge_layers, preset)
 from ..errors import UserError
 
 VOCABULARY = """\
@@ -78,7 +78,10 @@ def _flag(name: str) -> str:
 
 
 def _scalar(hint: Any) -> tuple[Callable[[str], Any], list[str] | None]:
-    """(argparse type, choices) for a field type: int, float, str, a Literal, or one of them | None."""
+    """(argparse type, choices) for a field type: int, float, str, a Literal, or one of them | None,
+    possibly constrained (``Annotated``: pydantic checks the constraint)."""
+    if typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
     args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
     base = args[0] if len(args) == 1 else hint
     if typing.get_origin(base) is Literal:
@@ -182,7 +185,8 @@ def config_from_flags(flags: list[str]) -> RunConfig:
 
 def add_decode_flags(parser: argparse._ActionsContainer) -> None:
     """The search options (``DecodeConfig``): the same flags and defaults as ``Translator.translate``."""
-    add_dataclass_flags(parser, DecodeConfig)
+    shown = {"beam_size": f"{DEFAULT_BEAM_SIZE}; 1 with --sample", "seed": "none"}
+    add_dataclass_flags(parser, DecodeConfig, defaults=lambda name, value: shown.get(name, repr(value)))
     parser.set_defaults(**{f.name: f.default for f in dataclasses.fields(DecodeConfig)})
     parser.add_argument("--max-len-ratio", dest="max_output_ratio", type=float, action=DeprecatedAlias,
                         new="--max-output-ratio")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..config import DecodeConfig
+from ..config import DEFAULT_BEAM_SIZE
 from .common import DeprecatedAlias, add_device_flag, parser_for, run_cli
 
 
@@ -27,8 +27,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--output", help="report directory (new, or an earlier report to replace); required")
     parser.add_argument("--out", dest="output", action=DeprecatedAlias, new="--output")
     parser.add_argument("--names", nargs="+", help="one display name per system (default: run directory names)")
-    parser.add_argument("--beam-size", type=int, default=DecodeConfig.beam_size,
-                        help=f"beam for the scored translations (default: {DecodeConfig.beam_size})")
+    parser.add_argument("--beam-size", type=int, default=DEFAULT_BEAM_SIZE,
+                        help=f"beam for the scored translations (default: {DEFAULT_BEAM_SIZE})")
     parser.add_argument("--batch-size", type=int, default=None,
                         help="sentences per decoding batch (default: 320 / beam size, as seq2seq translate)")
     choice = parser.add_mutually_exclusive_group()

@@ -4,9 +4,12 @@
     seq2seq translate --checkpoint RUN --input test.de --output test.hyp --reference test.en
     seq2seq translate --checkpoint RUN --input test.de --alignments align.jsonl --plot-dir plots/
     seq2seq translate --checkpoint RUN --input test.de --alignments align.jsonl --attribution gradient occlusion
+    seq2seq translate --checkpoint RUN --input mono.de --sample --top-p 0.9 --seed 1   # back-translation
+    seq2seq translate --checkpoint RUN_RNN RUN_TRANSFORMER --input test.de              # an ensemble
 """
 from __future__ import annotations
 
+from ..config import check_decoding
 from ..errors import UserError
 from .common import (add_alignment_flags, add_decode_flags, add_device_flag, check_alignment_flags, parser_for,
                      run_cli)
@@ -14,7 +17,10 @@ from .common import (add_alignment_flags, add_decode_flags, add_device_flag, che
 
 def parse_args(argv: list[str] | None):
     p = parser_for("translate", __doc__)
-    p.add_argument("--checkpoint", required=True, help="a .pt checkpoint or a run directory (uses best.pt)")
+    p.add_argument("--checkpoint", required=True, nargs="+", action="extend", metavar="CHECKPOINT",
+                   help="a .pt checkpoint or a run directory (uses best.pt); several (--checkpoint A B, or the "
+                        "flag repeated): decode with their ensemble (at every step the mean of their "
+                        "probabilities; any architectures sharing one SentencePiece model)")
     p.add_argument("--input", default="-", help="input file, one sentence per line (default: stdin)")
     p.add_argument("--output", default="-", help="output file (default: stdout); written atomically")
     add_decode_flags(p)
@@ -65,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     check_alignment_flags(args)
+    check_decoding(args.beam_size, args.n_best, args.sample, args.top_k, args.top_p, args.temperature, args.seed)
     if args.max_plots < 0:
         raise UserError(f"--max-plots must be >= 0, got {args.max_plots}")
     translate_stream(args)

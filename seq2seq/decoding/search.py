@@ -1,11 +1,17 @@
-"""Greedy and beam search for any ``EncoderDecoder`` (one interface, no architecture knowledge).
+"""Greedy search, beam search and sampling for any ``EncoderDecoder`` (one interface, no
+architecture knowledge; an ensemble, ``seq2seq.decoding.ensemble``, is one more ``EncoderDecoder``).
 
-Both decode a batch of sentences incrementally with ``decode_step`` on the fast path (no attention
-weights), each sentence with its own length bound ceil(src_len * max_len_ratio) + max_len_offset
-output tokens (src_len counts the source EOS; a model with learned positions lowers the bound to
-what it can encode), after which EOS is forced. PAD and BOS are never generated. Finished
-sentences leave the active batch. Either search can be restricted to a subset of the vocabulary
-(``OutputVocabulary``, e.g. a lexical shortlist from ``seq2seq.decoding.shortlist``).
+All three decode a batch of sentences incrementally with ``decode_step`` on the fast path (no
+attention weights), each sentence with its own length bound ceil(src_len * max_len_ratio) +
+max_len_offset output tokens (src_len counts the source EOS; a model with learned positions lowers
+the bound to what it can encode), after which EOS is forced. PAD and BOS are never generated.
+Finished sentences leave the active batch. Any of them can be restricted to a subset of the
+vocabulary (``OutputVocabulary``, e.g. a lexical shortlist from ``seq2seq.decoding.shortlist``).
+
+Sampling (``sample_search``, ``Sampling``) is greedy search with the argmax replaced by a draw from
+the model's next-token distribution, reshaped at every step: divided by a temperature T (logits / T;
+T = 0 is the argmax), cut to the k most probable tokens (top-k), then to the smallest set of most
+probable tokens whose probability reaches p (nucleus, top-p), renormalised.
 
 Attention of the returned hypotheses is computed afterwards by one teacher-forced ``forward``
 pass over the chosen outputs (``need_attention=True``). Because incremental and teacher-forced
@@ -15,12 +21,15 @@ tensors around.
 """
 from __future__ import annotations
 
+import hashlib
+import secrets
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import torch
 
+from ..config import check_decoding
 from ..errors import UserError
 from ..models.base import EncoderDecoder, select_batch
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -103,25 +112,111 @@ class OutputVocabulary:
             self.eos, self.weight = int(eos[0, 0]), model.output_rows(ids)
             self.banned = ((ids == PAD_ID) | (ids == BOS_ID)).nonzero().squeeze(1).tolist()
 
-    def best_tokens(self, logits: torch.Tensor, force_eos: torch.Tensor,
-                    count: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The ``count`` most probable next tokens of every row and their log-probabilities.
-
-        logits (rows, V) -> log p (rows, count), token ids (rows, count), best first, with
-        log p = log_softmax(z) (over the subset, when there is one). PAD and BOS are never
-        generated; where ``force_eos`` (one flag per row) holds, only EOS stays possible (the other
-        entries are -inf). Masking comes after the normalisation, so a chosen token's
-        log-probability is the model's own. (One fused log_softmax pass costs less than
-        ``logsumexp`` alone on CPU.)"""
+    def log_probs(self, logits: torch.Tensor, force_eos: torch.Tensor) -> torch.Tensor:
+        """logits (rows, V) -> log p = log_softmax(z) (rows, V) (over the subset, when there is
+        one), with the tokens that may not come next at -inf: PAD and BOS always, every token but
+        EOS where ``force_eos`` (one flag per row) holds. Masking comes after the normalisation, so
+        a chosen token's log-probability is the model's own. (One fused log_softmax pass costs
+        less than ``logsumexp`` alone on CPU.)"""
         log_p = torch.log_softmax(logits.float(), -1)  # (rows, V)
         for column in self.banned:
             log_p[:, column] = float("-inf")
         only_eos(log_p, force_eos, self.eos, sync_free=log_p.device.type != "cpu")
+        return log_p
+
+    def token_ids(self, columns: torch.Tensor) -> torch.Tensor:
+        """Columns of ``log_probs`` -> token ids."""
+        return columns if self.ids is None else self.ids[columns]
+
+    def best_tokens(self, logits: torch.Tensor, force_eos: torch.Tensor,
+                    count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``count`` most probable next tokens of every row and their log-probabilities.
+
+        logits (rows, V) -> log p (rows, count), token ids (rows, count), best first (``log_probs``:
+        PAD and BOS never, only EOS where ``force_eos``)."""
+        log_p = self.log_probs(logits, force_eos)  # (rows, V)
         if count == 1:
             best, column = log_p.max(-1, keepdim=True)
         else:
             best, column = log_p.topk(min(count, log_p.size(-1)), dim=-1)
-        return best, column if self.ids is None else self.ids[column]
+        return best, self.token_ids(column)
+
+    def sampled_tokens(self, logits: torch.Tensor, force_eos: torch.Tensor, sampling: "Sampling",
+                       uniform: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One token per row drawn by ``sampling`` with the uniform numbers ``uniform`` (rows,) ->
+        log p (rows, 1), token ids (rows, 1), where log p is the model's own log-probability of
+        the token (``log_probs``: temperature 1, before top-k / top-p), not that of the reshaped
+        distribution it was drawn from."""
+        log_p = self.log_probs(logits, force_eos)  # (rows, V)
+        column = sampling.choose(log_p, uniform)  # (rows, 1)
+        return log_p.gather(1, column), self.token_ids(column)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How ``sample_search`` draws each token from the model's next-token distribution p = softmax(z):
+
+    1. temperature T: q ∝ exp(log p / T) = softmax(z / T) (T = 0: the argmax, exactly as greedy search);
+    2. top-k (k > 0): q is cut to the k most probable tokens (exactly k; ties broken by ``topk``);
+    3. top-p (p < 1): q (renormalised) is cut to the smallest set of most probable tokens whose
+       probability reaches p (a token stays iff the mass of the tokens before it is < p);
+    4. renormalise and draw by inverse CDF (over the columns in order: token ids, or a sorted
+       shortlist's, so a shortlist listing every token draws exactly as none) with one uniform
+       number per sample and step.
+
+    Tokens the search bans (PAD, BOS; all but EOS at the length bound) have q = 0 and are never
+    drawn. ``seed`` None: a fresh random seed per call (from the OS, not torch's global RNG).
+
+    Reproducibility: every sample has its own stream of uniform numbers, from a dedicated CPU
+    ``torch.Generator`` seeded with a hash of (seed, sentence id, sample number) and copied to the
+    device once per batch. The same seed therefore gives the same samples for the same sentence id
+    (``Translator`` uses the input position), whatever the batch size, the other sentences in the
+    batch, or the order of the batches, and on any device, up to floating-point rounding: batching
+    or another device can change a probability in its last bits, which changes a draw only when its
+    uniform number falls within that rounding of a cumulative-probability boundary (as greedy search
+    can change its choice between two tokens whose log-probabilities tie to rounding)."""
+
+    top_k: int = 0
+    top_p: float = 1.0
+    temperature: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        check_decoding(None, 1, True, self.top_k, self.top_p, self.temperature, self.seed)
+
+    def choose(self, log_p: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+        """log p (rows, V) (banned tokens at -inf), uniform (rows,) in [0, 1) -> columns (rows, 1)."""
+        if self.temperature == 0:
+            return log_p.max(-1, keepdim=True).indices  # the same reduction as greedy search
+        scores = log_p.double() / self.temperature  # log q + const
+        vocab = scores.size(-1)
+        if 0 < self.top_k < vocab:
+            kept = scores.topk(self.top_k, -1).indices  # (rows, k)
+            scores = torch.full_like(scores, float("-inf")).scatter(1, kept, scores.gather(1, kept))
+        q = scores.softmax(-1)  # (rows, V)
+        if self.top_p < 1.0:
+            ordered, order = q.sort(dim=-1, descending=True, stable=True)
+            ordered = ordered.masked_fill(ordered.cumsum(-1) - ordered >= self.top_p, 0.0)  # mass before >= p
+            q = torch.zeros_like(q).scatter(1, order, ordered)
+        cumulative = q.cumsum(-1)  # (rows, V), unnormalised after top-p: scaled below
+        target = uniform.to(cumulative.dtype).unsqueeze(1) * cumulative[:, -1:]  # (rows, 1)
+        column = torch.searchsorted(cumulative, target, right=True)  # first column with cumulative > target
+        last = (q > 0).cumsum(-1).argmax(-1, keepdim=True)  # the last token with q > 0 (rounding guard)
+        return torch.minimum(column, last)
+
+    def uniforms(self, sentence_ids: Sequence[int], copies: int, steps: Sequence[int], width: int,
+                 device: torch.device) -> torch.Tensor:
+        """Uniform numbers (len(sentence_ids) * copies, width) float64 on ``device``: row i * copies
+        + j is sample j of sentence ``sentence_ids[i]``, ``steps[i]`` numbers from its own
+        generator (the rest of the row is unused)."""
+        seed = secrets.randbits(63) if self.seed is None else self.seed
+        out = torch.zeros(len(sentence_ids) * copies, width, dtype=torch.float64)
+        for i, (sentence, count) in enumerate(zip(sentence_ids, steps)):
+            for j in range(copies):
+                digest = hashlib.blake2b(f"{seed}/{sentence}/{j}".encode(), digest_size=8).digest()
+                generator = torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
+                out[i * copies + j, :count] = torch.rand(count, generator=generator, dtype=torch.float64)
+        return out.to(device)
 
 
 def finished_check_interval(device: torch.device) -> int:
@@ -142,21 +237,71 @@ def greedy_search(
 ) -> list[list[Hypothesis]]:
     """Most probable next token at every step; one hypothesis per sentence. ``vocabulary``: the
     token ids it may produce (see ``OutputVocabulary``), default all."""
+    return _token_by_token(model, src, src_mask, max_len_ratio, max_len_offset, need_attention, vocabulary)
+
+
+def sample_search(
+    model: EncoderDecoder,
+    src: torch.Tensor,
+    src_mask: torch.Tensor,
+    sampling: Sampling,
+    n_samples: int = 1,
+    sentence_ids: Sequence[int] | None = None,
+    max_len_ratio: float = 1.5,
+    max_len_offset: int = 10,
+    need_attention: bool = True,
+    vocabulary: torch.Tensor | None = None,
+) -> list[list[Hypothesis]]:
+    """``n_samples`` independent samples per sentence (``Sampling``: temperature, top-k, top-p),
+    most probable first; duplicates are kept (they are independent draws). Decoding is greedy
+    search's, the argmax replaced by a draw: same length bound with EOS forced there, PAD and BOS
+    never drawn, the same ``vocabulary`` restriction (the distribution is over the subset).
+
+    ``log_prob`` (and ``score``, as in greedy search: no length penalty) is the model's own
+    log-probability of the sample, EOS included: the sum of the unmodified (temperature 1,
+    untruncated) log-probabilities of its tokens, not the probability of drawing it.
+
+    ``sentence_ids`` (default 0, 1, ...) name the sentences for the random streams: the same
+    ``sampling.seed`` and sentence id give the same samples whatever else is in the batch (see
+    ``Sampling``). The encoder runs once per sentence; its memory is copied for each sample."""
+    if n_samples < 1:
+        raise UserError(f"--n-best (samples per input) must be >= 1, got {n_samples}")
+    ids = list(range(src.size(0))) if sentence_ids is None else list(sentence_ids)
+    if len(ids) != src.size(0):
+        raise ValueError(f"sample_search: {len(ids)} sentence ids for {src.size(0)} sentences")
+    return _token_by_token(model, src, src_mask, max_len_ratio, max_len_offset, need_attention, vocabulary,
+                           sampling, n_samples, ids)
+
+
+def _token_by_token(model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor, max_len_ratio: float,
+                    max_len_offset: int, need_attention: bool, vocabulary: torch.Tensor | None,
+                    sampling: Sampling | None = None, copies: int = 1,
+                    sentence_ids: Sequence[int] = ()) -> list[list[Hypothesis]]:
+    """Greedy search (``sampling`` None) or sampling (``copies`` samples per sentence): one token
+    per row and step, finished rows leave the active batch."""
     with _inference(model):
         output = OutputVocabulary(model, vocabulary)
         limit = max_lengths(model, src_mask, max_len_ratio, max_len_offset)  # (B,)
         memory = model.encode(src, src_mask)
+        if copies > 1:  # row i * copies + j is sample j of sentence i
+            expand = torch.arange(src.size(0), device=src.device).repeat_interleave(copies)
+            memory, limit = select_batch(memory, expand), limit[expand]
         state = model.init_state(memory)
-        rows = torch.arange(src.size(0), device=src.device)  # sentence of each active row
+        rows = torch.arange(limit.size(0), device=src.device)  # output row of each active row
         tokens = torch.full_like(rows, BOS_ID)
         ended = torch.zeros_like(rows, dtype=torch.bool)  # active rows that produced EOS
-        out = torch.full((src.size(0), int(limit.max()) + 1), PAD_ID, device=src.device)  # (B, steps)
-        log_prob = torch.zeros(src.size(0), device=src.device)  # (B,)
+        out = torch.full((limit.size(0), int(limit.max()) + 1), PAD_ID, device=src.device)  # (rows, steps)
+        log_prob = torch.zeros(limit.size(0), device=src.device)  # (rows,)
+        uniform = None if sampling is None else sampling.uniforms(
+            sentence_ids, copies, [n + 1 for n in limit[::copies].tolist()], out.size(1), src.device)
         interval = finished_check_interval(src.device)
         for t in range(out.size(1)):
             logits, state, _ = model.decode_step(memory, state, tokens, need_attention=False,
                                                  output_weight=output.weight)
-            logp, tokens = output.best_tokens(logits, t >= limit[rows], 1)  # (active, 1) each
+            if sampling is None:
+                logp, tokens = output.best_tokens(logits, t >= limit[rows], 1)  # (active, 1) each
+            else:
+                logp, tokens = output.sampled_tokens(logits, t >= limit[rows], sampling, uniform[rows, t])
             tokens = tokens.squeeze(1).masked_fill(ended, PAD_ID)  # an ended row keeps its output
             log_prob[rows] += logp.squeeze(1).masked_fill(ended, 0.0)
             out[rows, t] = tokens
@@ -168,7 +313,8 @@ def greedy_search(
                 if len(alive) < len(rows):
                     memory, state = select_batch(memory, alive), select_batch(state, alive)
                     rows, tokens, ended = rows[alive], tokens[alive], ended[alive]
-        hyps = [[Hypothesis(_until_eos(row), lp, lp)] for row, lp in zip(out.tolist(), log_prob.tolist())]
+        flat = [Hypothesis(_until_eos(row), lp, lp) for row, lp in zip(out.tolist(), log_prob.tolist())]
+        hyps = [sorted(flat[i:i + copies], key=lambda h: -h.score) for i in range(0, len(flat), copies)]
         if need_attention:
             attach_attention(model, src, src_mask, hyps)
     return hyps
@@ -313,11 +459,19 @@ def translate_batch(
     max_len_offset: int = 10,
     need_attention: bool = True,
     vocabulary: torch.Tensor | None = None,
+    sampling: Sampling | None = None,
+    sentence_ids: Sequence[int] | None = None,
 ) -> list[list[Hypothesis]]:
-    """Greedy search for ``beam_size == 1``, beam search otherwise; ``vocabulary`` restricts the
-    tokens either may produce (``OutputVocabulary``; e.g. ``Shortlist.vocabulary(src, src_mask)``)."""
+    """Greedy search for ``beam_size == 1``, beam search otherwise, or with ``sampling``
+    ``n_best`` samples per sentence (``sample_search``; ``beam_size`` must be 1, ``sentence_ids``
+    name the sentences' random streams); ``vocabulary`` restricts the tokens any of them may
+    produce (``OutputVocabulary``; e.g. ``Shortlist.vocabulary(src, src_mask)``)."""
     if beam_size < 1:
         raise UserError(f"--beam-size must be >= 1, got {beam_size}")
+    if sampling is not None:
+        check_decoding(beam_size, n_best, True, sampling.top_k, sampling.top_p, sampling.temperature)
+        return sample_search(model, src, src_mask, sampling, n_best, sentence_ids, max_len_ratio, max_len_offset,
+                             need_attention, vocabulary)
     if beam_size == 1:
         if n_best != 1:
             raise UserError(f"need 1 <= --n-best ({n_best}) <= --beam-size ({beam_size})")

@@ -11,6 +11,11 @@ record (+ npz arrays) and plotted; see seq2seq/analysis/alignment.py and docs/fo
 schema. The aggregate matrix defaults to the penultimate decoder layer averaged over heads
 (--align-layer -2 --align-heads mean): Garg et al. (2019) found that layer's attention aligns
 best; RNNs have one layer and use it. EOS is dropped from matrices and links unless --include-eos.
+With several checkpoints (an ensemble) the record's matrices and plots are the first checkpoint's
+attention, and the record's ``members`` list (+ ``member{m}_attention`` npz arrays) holds every
+member's, aggregated with the same options. With --n-best N the record is the best hypothesis and
+its ``alternatives`` list (+ ``alt{rank}_attention`` npz arrays) holds hypotheses 2..N, each with its
+own attention, matrices and links.
 """
 from __future__ import annotations
 
@@ -25,23 +30,34 @@ from ..errors import UserError
 from ..analysis.evaluation import corpus_scores
 from ..io_utils import atomic_output, chunks
 from ..runtime import LOGGER
+from .ensemble import EnsembleModel
 from .translator import Translation, Translator, default_batch_size, read_lines
+
+#: What an alignment record's ``members`` entries hold besides ``checkpoint`` (docs/formats.md).
+MEMBER_KEYS = ("attention_shape", "layer_used", "subword_matrix", "word_matrix", "subword_shape", "word_shape",
+               "pharaoh_subword", "pharaoh_word")
+#: What an alignment record's ``alternatives`` entries (hypotheses 2..N of --n-best) hold besides ``rank``,
+#: ``score`` and ``log_prob``: the hypothesis with its own attention and links (docs/formats.md).
+ALTERNATIVE_KEYS = ("target", "tgt_pieces", "tgt_words", *MEMBER_KEYS)
 
 
 def translate_stream(args: argparse.Namespace) -> int:
     """Run translate.py's job; returns the number of input lines translated."""
     need_attention = bool(args.alignments or args.plot_dir)
     _check_alignment_flags(args, need_attention)
-    translator = Translator.from_checkpoint(args.checkpoint, device=args.device,
-                                            max_input_tokens=args.max_input_tokens, precision=args.precision,
-                                            shortlist=args.shortlist)
+    translator = Translator.from_checkpoints(args.checkpoint, device=args.device,
+                                             max_input_tokens=args.max_input_tokens, precision=args.precision,
+                                             shortlist=args.shortlist)
     if args.shortlist_sizes is not None:
         if translator.shortlist is None:
             raise UserError("--shortlist-sizes needs --shortlist")
         translator.shortlist = translator.shortlist.with_sizes(*args.shortlist_sizes)
     references = list(read_lines(args.reference)) if args.reference else None
     interactive = args.input in (None, "-") and sys.stdin.isatty()
-    batch_size = default_batch_size(args.beam_size) if args.batch_size is None else args.batch_size
+    if args.batch_size is None:
+        batch_size = default_batch_size(args.beam_size, args.sample, args.n_best)
+    else:
+        batch_size = args.batch_size
     chunk_size = 1 if interactive else batch_size * 16
     texts: list[str] = []  # kept only for --reference scoring
     done = 0
@@ -52,7 +68,8 @@ def translate_stream(args: argparse.Namespace) -> int:
             results = translator.translate(
                 chunk, beam_size=args.beam_size, length_penalty=args.length_penalty, n_best=args.n_best,
                 batch_size=batch_size, max_output_ratio=args.max_output_ratio, need_attention=need_attention,
-                first_line=done + 1,
+                first_line=done + 1, sample=args.sample, top_k=args.top_k, top_p=args.top_p,
+                temperature=args.temperature, seed=args.seed,
             )
             _write_results(out, results, done, args.n_best)
             if sink is not None:
@@ -71,6 +88,9 @@ def _check_alignment_flags(args: argparse.Namespace, need_attention: bool) -> No
     from ..analysis.attribution import GRADIENT_METHODS
 
     gradients = [method for method in GRADIENT_METHODS if method in (args.attribution or [])]
+    if gradients and len(args.checkpoint) > 1:
+        raise UserError(f"--attribution {' '.join(gradients)} differentiates one model's source embeddings; with "
+                        "several --checkpoint (an ensemble) use --attribution occlusion")
     if gradients and args.precision == "int8":
         raise UserError(f"--attribution {' '.join(gradients)} differentiates the model, and --precision int8 "
                         "layers have no gradients; use --attribution occlusion, or --precision fp32")
@@ -105,6 +125,15 @@ class _alignment_sink:
 
         self.args, self.translator = args, translator
         self.layer, self.heads = check_layer_heads(args.align_layer, args.align_heads, translator.model)
+        self.members: list[tuple[str, object]] = []  # (checkpoint, model) of every ensemble member
+        if isinstance(translator.model, EnsembleModel):
+            names = translator.checkpoints or [f"member {m}" for m in range(len(translator.model.members))]
+            self.members = list(zip(names, translator.model.members))
+            for name, member in self.members:
+                try:
+                    check_layer_heads(args.align_layer, args.align_heads, member)
+                except UserError as exc:
+                    raise UserError(f"{exc} (ensemble member {name})") from None
         self.options = dict(include_eos=args.include_eos, method=args.align_method,
                             threshold=args.align_threshold)
         self.methods = list(dict.fromkeys(args.attribution or []))
@@ -146,8 +175,39 @@ class _alignment_sink:
         from ..analysis.alignment import AlignmentRecord
 
         if result.attention is not None:
-            return result.alignment_record(index, self.layer, self.heads, **self.options)
-        model = self.translator.model  # empty input: an empty record keeps one JSONL line per input
+            record = result.alignment_record(index, self.layer, self.heads, **self.options)
+        else:
+            record = self._empty_record(result, index, self.translator.model)
+        if self.members:
+            record.extra["members"] = []
+            for m, (name, member) in enumerate(self.members):
+                if result.member_attention is None:
+                    own = self._empty_record(result, index, member)
+                else:
+                    own = AlignmentRecord.build(index, result.source, result.text, result.src_pieces,
+                                                result.tgt_pieces, result.member_attention[m], self.layer,
+                                                self.heads, **self.options)
+                fields = own.to_json()
+                record.extra["members"].append({"checkpoint": name, **{key: fields[key] for key in MEMBER_KEYS}})
+                record.extra_arrays[f"member{m}_attention"] = own.attention
+        if len(result.alternatives) > 1:  # --n-best: every hypothesis with its own attention and links
+            record.extra["alternatives"] = []
+            for rank, alternative in enumerate(result.alternatives[1:], start=2):
+                if alternative.attention is None:
+                    own = self._empty_record(alternative, index, self.translator.model)
+                else:
+                    own = alternative.alignment_record(index, self.layer, self.heads, **self.options)
+                fields = own.to_json()
+                record.extra["alternatives"].append({"rank": rank, "score": alternative.score,
+                                                     "log_prob": alternative.log_prob,
+                                                     **{key: fields[key] for key in ALTERNATIVE_KEYS}})
+                record.extra_arrays[f"alt{rank}_attention"] = own.attention
+        return record
+
+    def _empty_record(self, result: Translation, index: int, model):
+        """Empty input: an empty record keeps one JSONL line per input."""
+        from ..analysis.alignment import AlignmentRecord
+
         empty = np.zeros((model.attention_layers, model.attention_heads, 0, 0), dtype=np.float32)
         return AlignmentRecord.build(index, result.source, result.text, [], [], empty, self.layer,
                                      self.heads, src_eos=False, tgt_eos=False, **self.options)

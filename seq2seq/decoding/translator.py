@@ -6,12 +6,15 @@
         print(t.text, t.score, t.attention.shape)   # (layers, heads, tgt_len + 1, src_len + 1)
 
 Inputs are encoded with the run's SentencePiece model, sorted by length into batches, decoded by
-greedy or beam search, and returned in input order. Empty inputs give empty outputs without
-touching the model. Inputs longer than ``max_input_tokens`` subwords are cut to that length with a
-warning naming the line (the model never saw longer sentences; decoding cost grows with length).
+greedy or beam search (or sampled, ``sample=True``), and returned in input order. Several
+checkpoints decode as an ensemble (``Translator.from_checkpoints``, ``seq2seq.decoding.ensemble``).
+Empty inputs give empty outputs without touching the model. Inputs longer than
+``max_input_tokens`` subwords are cut to that length with a warning naming the line (the model
+never saw longer sentences; decoding cost grows with length).
 """
 from __future__ import annotations
 
+import secrets
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -22,14 +25,15 @@ import numpy as np
 import torch
 
 from ..training.checkpoint import load_checkpoint, tensor_to_bytes
-from ..config import DecodeConfig, RunConfig
+from ..config import DEFAULT_BEAM_SIZE, DecodeConfig, RunConfig, check_decoding
 from ..errors import UserError
 from ..models import build_model
 from ..models.base import EncoderDecoder
 from ..runtime import LOGGER, precision_warning, resolve_device
 from .scoring import pad_ids
 from .shortlist import FILE_NAME, Shortlist
-from .search import translate_batch
+from .ensemble import EnsembleModel
+from .search import Sampling, translate_batch
 from ..tokenizer import EOS_ID, PAD_ID, Tokenizer
 
 
@@ -43,9 +47,11 @@ DECODING_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.b
                    "int8": torch.float32}  # int8: fp32 model, linear layers quantized (seq2seq.decoding.quantize)
 
 
-def default_batch_size(beam_size: int) -> int:
-    """Sentences per batch for ``beam_size`` when none is given: DECODER_ROWS / beam_size."""
-    return max(1, DECODER_ROWS // max(1, beam_size))
+def default_batch_size(beam_size: int | None, sample: bool = False, n_best: int = 1) -> int:
+    """Sentences per batch when none is given: DECODER_ROWS / decoder rows per sentence, which
+    are ``beam_size`` (None: ``DEFAULT_BEAM_SIZE``) for search and ``n_best`` samples with ``sample``."""
+    rows = n_best if sample else DEFAULT_BEAM_SIZE if beam_size is None else beam_size
+    return max(1, DECODER_ROWS // max(1, rows))
 
 
 @dataclass
@@ -63,6 +69,9 @@ class Translation:
     attention: np.ndarray | None = None
     src_tokens: list[int] = field(default_factory=list)  # source ids incl. EOS (for attribution)
     alternatives: list["Translation"] = field(default_factory=list)  # n-best list, best first
+    #: ensembles: every member's attention (L_m, H_m, len(tgt_pieces), len(src_pieces)), the first
+    #: checkpoint's first (``attention`` is that one); None for one model
+    member_attention: list[np.ndarray] | None = None
 
     @property
     def alignment(self) -> np.ndarray | None:
@@ -92,18 +101,22 @@ class Translator:
     the target tokens its sources can produce (``seq2seq.decoding.shortlist``), not the whole vocabulary."""
 
     def __init__(self, model: EncoderDecoder, tokenizer: Tokenizer, device: torch.device | str = "cpu",
-                 max_input_tokens: int = DecodeConfig.max_input_tokens, shortlist: Shortlist | None = None) -> None:
+                 max_input_tokens: int = DecodeConfig.max_input_tokens, shortlist: Shortlist | None = None,
+                 checkpoints: Sequence[str | Path] = ()) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         self.max_input_tokens = max_input_tokens
         self.shortlist = shortlist
+        self.checkpoints = [str(c) for c in checkpoints]  # where the model (ensemble members) came from
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, device: str = "auto",
+    def from_checkpoint(cls, path: str | Path | Sequence[str | Path], device: str = "auto",
                         max_input_tokens: int = DecodeConfig.max_input_tokens,
                         precision: str = "fp32", shortlist: str | Path | None = None) -> "Translator":
-        """``precision`` fp16 / bf16 stores the weights and runs decoding in half precision: it
+        """A checkpoint file or run directory; a list of them is ``from_checkpoints`` (an ensemble).
+
+        ``precision`` fp16 / bf16 stores the weights and runs decoding in half precision: it
         halves the bytes every step reads, which is what bounds one-sentence-at-a-time decoding on
         CPU; wide CPU batches are slower in fp16 (no fast half-precision matrix kernels there). On a
         CPU with native bf16 (AVX512-BF16 / AMX) bf16 is faster at every width; elsewhere bf16 is
@@ -117,19 +130,36 @@ class Translator:
 
         ``shortlist``: a file written by ``seq2seq shortlist`` (training writes the run's
         ``shortlist.npz``), or "auto" for the one next to the checkpoint."""
+        paths = [path] if isinstance(path, (str, Path)) else list(path)
+        return cls.from_checkpoints(paths, device, max_input_tokens, precision, shortlist)
+
+    @classmethod
+    def from_checkpoints(cls, paths: Sequence[str | Path], device: str = "auto",
+                         max_input_tokens: int = DecodeConfig.max_input_tokens,
+                         precision: str = "fp32", shortlist: str | Path | None = None) -> "Translator":
+        """One checkpoint: its model; several: their ensemble (``EnsembleModel``: at every step the
+        mean of the members' probabilities), of any mix of architectures. They must share the
+        SentencePiece model (else a UserError naming both files, before any model is built).
+        ``shortlist`` "auto" is the one next to the first checkpoint; the other options are
+        ``from_checkpoint``'s, applied to every member."""
+        if isinstance(paths, (str, Path)):
+            paths = [paths]
+        if not paths:
+            raise UserError("--checkpoint: give at least one checkpoint")
         if precision not in DECODING_DTYPES:
             raise UserError(f"--precision must be one of {', '.join(DECODING_DTYPES)}, got {precision!r}")
-        payload = load_checkpoint(path)
-        config = RunConfig.from_dict(payload["config"], source=f"checkpoint {path}")
-        tokenizer = Tokenizer.from_bytes(tensor_to_bytes(payload["tokenizer"]))
-        model = build_model(config.model)
-        try:
-            model.load_state_dict(payload["model"])
-        except RuntimeError as exc:
-            raise UserError(
-                f"checkpoint {path}: weights do not fit the model its config describes "
-                f"({str(exc).splitlines()[0][:200]}); was it written by another version?"
-            ) from None
+        loaded = []  # (path, payload, config, tokenizer) of every member, checked before any is built
+        for path in paths:
+            payload = load_checkpoint(path)
+            config = RunConfig.from_dict(payload["config"], source=f"checkpoint {path}")
+            tokenizer = Tokenizer.from_bytes(tensor_to_bytes(payload["tokenizer"]))
+            if loaded and tokenizer.sha256() != loaded[0][3].sha256():
+                raise UserError(
+                    f"checkpoints {loaded[0][0]} and {path} use different SentencePiece models (sha256 "
+                    f"{loaded[0][3].sha256()[:12]}... vs {tokenizer.sha256()[:12]}...); an ensemble's members "
+                    "must share one tokenizer (train them on the same spm.model)")
+            loaded.append((path, payload, config, tokenizer))
+        path, _, config, tokenizer = loaded[0]
         dev = resolve_device(device)
         if precision == "int8" and dev.type != "cpu":
             raise UserError(f"--precision int8 runs on CPU only (quantized CPU kernels); on {dev.type} "
@@ -137,8 +167,9 @@ class Translator:
         slow = precision_warning(dev, precision) if precision == "bf16" else None  # fp16 is CUDA-only in training
         if slow:
             warnings.warn(slow, stacklevel=2)
-        if config.model.arch == "transformer" and config.model.positional == "learned":
-            max_input_tokens = min(max_input_tokens, config.model.max_positions - 1)
+        for _, _, member_config, _ in loaded:
+            if member_config.model.arch == "transformer" and member_config.model.positional == "learned":
+                max_input_tokens = min(max_input_tokens, member_config.model.max_positions - 1)
         if shortlist is not None:
             if str(shortlist) == "auto":
                 run_dir = Path(path) if Path(path).is_dir() else Path(path).parent
@@ -147,16 +178,15 @@ class Translator:
             if shortlist.vocab_size != config.model.vocab_size:
                 raise UserError(f"shortlist covers {shortlist.vocab_size} tokens, checkpoint {path} has "
                                 f"{config.model.vocab_size}; rebuild it with `seq2seq shortlist`")
-        if precision == "int8":
-            from .quantize import quantize_for_decoding
-
-            model = quantize_for_decoding(model)
-        return cls(model.to(dev, DECODING_DTYPES[precision]), tokenizer, dev, max_input_tokens, shortlist)
+        models = [_build(member_path, payload, member_config, dev, precision)
+                  for member_path, payload, member_config, _ in loaded]
+        model = models[0] if len(models) == 1 else EnsembleModel(models)
+        return cls(model, tokenizer, dev, max_input_tokens, shortlist, checkpoints=[str(p) for p in paths])
 
     def translate(
         self,
         sentences: Sequence[str],
-        beam_size: int = DecodeConfig.beam_size,
+        beam_size: int | None = DecodeConfig.beam_size,
         length_penalty: float = DecodeConfig.length_penalty,
         n_best: int = DecodeConfig.n_best,
         batch_size: int | None = DecodeConfig.batch_size,
@@ -164,18 +194,33 @@ class Translator:
         need_attention: bool = True,
         progress: bool = False,
         first_line: int = 1,
+        sample: bool = DecodeConfig.sample,
+        top_k: int = DecodeConfig.top_k,
+        top_p: float = DecodeConfig.top_p,
+        temperature: float = DecodeConfig.temperature,
+        seed: int | None = DecodeConfig.seed,
     ) -> list[Translation]:
         """Translate ``sentences`` (a list of strings, one sentence each); the result is in input
         order. The defaults are ``seq2seq translate``'s (``DecodeConfig``: beam 5). ``batch_size``
-        sentences are decoded together (default: ``default_batch_size(beam_size)``); ``first_line``
-        numbers the first sentence in warnings (for streamed input)."""
+        sentences are decoded together (default: ``default_batch_size``); ``first_line``
+        numbers the first sentence in warnings (for streamed input).
+
+        ``sample=True`` draws ``n_best`` independent samples per sentence instead of searching
+        (``temperature``, ``top_k``, ``top_p``; ``beam_size`` None or 1; see ``search.Sampling``),
+        most probable first; ``log_prob`` and ``score`` are the model's own (temperature 1)
+        log-probability of the sample. Sentence i of the input draws from its own random streams,
+        seeded by (``seed``, ``first_line`` - 1 + i): the same seed gives the same samples for the
+        same input position whatever the batch size or the rest of the input (to floating-point
+        rounding; ``seed`` None: fresh samples every call)."""
         if isinstance(sentences, (str, bytes)):
             raise UserError("Translator.translate takes a list of sentences, got one string; "
                             "use translate([text]) (a string would be read as one sentence per character)")
-        if beam_size < 1 or n_best < 1 or n_best > beam_size:
-            raise UserError(f"need 1 <= --n-best ({n_best}) <= --beam-size ({beam_size})")
+        beam_size = check_decoding(beam_size, n_best, sample, top_k, top_p, temperature, seed)
+        sampling = None
+        if sample:  # one seed for the whole call, so sentence i's samples do not depend on the batching
+            sampling = Sampling(top_k, top_p, temperature, secrets.randbits(63) if seed is None else seed)
         if batch_size is None:
-            batch_size = default_batch_size(beam_size)
+            batch_size = default_batch_size(beam_size, sample, n_best)
         if batch_size < 1:
             raise UserError(f"--batch-size must be positive, got {batch_size}")
         encoded = [self._encode(text, line) for line, text in enumerate(sentences, start=first_line)]
@@ -189,17 +234,20 @@ class Translator:
             from tqdm import tqdm
 
             batches = tqdm(batches, desc="translate", unit="batch", file=sys.stderr)
+        ensemble = isinstance(self.model, EnsembleModel)
         for batch in batches:
             src = pad_ids([encoded[i] for i in batch], self.device)  # (batch, src_len)
             src_mask = src != PAD_ID
             vocabulary = None if self.shortlist is None else self.shortlist.vocabulary(src, src_mask)
             hypotheses = translate_batch(
                 self.model, src, src_mask, beam_size=beam_size, length_penalty=length_penalty,
-                n_best=n_best, max_len_ratio=max_output_ratio, need_attention=need_attention,
-                vocabulary=vocabulary,
+                n_best=n_best, max_len_ratio=max_output_ratio, need_attention=need_attention and not ensemble,
+                vocabulary=vocabulary, sampling=sampling, sentence_ids=[first_line - 1 + i for i in batch],
             )
-            for i, hyps in zip(batch, hypotheses):
-                results[i] = self._to_translation(sentences[i], encoded[i], hyps)
+            members = (self.model.attach_member_attention(src, src_mask, hypotheses)
+                       if ensemble and need_attention else [None] * len(batch))
+            for i, hyps, member_attention in zip(batch, hypotheses, members):
+                results[i] = self._to_translation(sentences[i], encoded[i], hyps, member_attention)
         return results  # type: ignore[return-value]
 
     def _encode(self, text: str, line: int) -> list[int]:
@@ -214,20 +262,39 @@ class Translator:
         return ids + [EOS_ID]
 
 
-    def _to_translation(self, source: str, src_ids: list[int], hyps: list) -> Translation:
+    def _to_translation(self, source: str, src_ids: list[int], hyps: list,
+                        member_attention: list[list[torch.Tensor]] | None = None) -> Translation:
         src_pieces = self.tokenizer.pieces(src_ids)
         alternatives = []
-        for hyp in hyps:
+        for j, hyp in enumerate(hyps):
             attention = hyp.attention.float().cpu().numpy() if hyp.attention is not None else None
+            members = None if member_attention is None else [a.float().cpu().numpy() for a in member_attention[j]]
             alternatives.append(Translation(
                 source=source, text=self.tokenizer.decode(hyp.tokens), tokens=list(hyp.tokens),
                 score=float(hyp.score), log_prob=float(hyp.log_prob), src_pieces=src_pieces,
                 tgt_pieces=self.tokenizer.pieces(list(hyp.tokens) + [EOS_ID]), attention=attention,
-                src_tokens=list(src_ids),
+                src_tokens=list(src_ids), member_attention=members,
             ))
         best = alternatives[0]
         best.alternatives = alternatives
         return best
+
+
+def _build(path: str | Path, payload: dict, config: RunConfig, device: torch.device, precision: str) -> EncoderDecoder:
+    """The checkpoint's model with its weights, quantized (int8) or cast to ``precision``, on ``device``."""
+    model = build_model(config.model)
+    try:
+        model.load_state_dict(payload["model"])
+    except RuntimeError as exc:
+        raise UserError(
+            f"checkpoint {path}: weights do not fit the model its config describes "
+            f"({str(exc).splitlines()[0][:200]}); was it written by another version?"
+        ) from None
+    if precision == "int8":
+        from .quantize import quantize_for_decoding
+
+        model = quantize_for_decoding(model)
+    return model.to(device, DECODING_DTYPES[precision])
 
 
 def read_lines(path: str | Path | None) -> Iterable[str]:

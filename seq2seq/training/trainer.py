@@ -3,7 +3,10 @@
 Adam/AdamW; warmup + inverse-sqrt schedule for the Transformer, plateau decay (on validation loss)
 for the RNN; label-smoothed cross-entropy over target tokens; gradient clipping and accumulation;
 autocast precision; validation loss and BLEU every ``eval_every`` steps; early stopping on BLEU;
-``best.pt`` and ``last.pt`` written atomically; exact resume; Ctrl-C leaves a resumable checkpoint.
+``best.pt`` and ``last.pt`` written atomically (``last.pt`` also every ``save_every`` steps or
+``save_every_minutes``, so a killed run loses at most that much); the best / newest snapshots kept in
+``RUN/checkpoints/`` for ``seq2seq average`` (``keep_best``, ``keep_last``: ``kept.py``); exact
+resume; Ctrl-C leaves a resumable checkpoint.
 
 Resume semantics: ``--resume`` reloads ``last.pt`` of the output directory and continues from the
 step after it with the same model, optimizer, schedule, RNG states, epoch and position inside the
@@ -35,13 +38,16 @@ from . import distributed
 from .checkpoint import bytes_to_tensor, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from ..config import RunConfig
 from .corpus import PreparedCorpus, StreamingCorpus
+from .kept import KeptCheckpoints
+from .tensorboard import TensorBoardLog, check_log_dir
 from ..errors import UserError
 from ..analysis.evaluation import corpus_scores
 from ..nn.loss import label_smoothed_cross_entropy
 from ..data.batching import Batch
 from ..data.prefetch import prefetch
 from ..models import build_model
-from ..runtime import JsonlLog, autocast, log, peak_rss_mb, precision_warning, resolve_device, seed_everything
+from ..runtime import (JsonlLog, autocast, log, peak_rss_mb, precision_warning, resolve_device, resolve_precision,
+                       seed_everything)
 from ..tokenizer import PAD_ID
 from ..decoding.translator import Translator
 
@@ -150,7 +156,8 @@ class Trainer:
         self.model = build_model(cfg.model).to(self.device)
         self.optimizer = build_optimizer(self.model, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
-        self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.train.precision == "fp16")
+        self.precision = resolve_precision(self.device, cfg.train.precision)  # auto: this hardware's choice
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16")
         self.progress = Progress(world_size=self.world)
         self.metrics = JsonlLog(self.out / "metrics.jsonl", enabled=self.main)
         if self.world > 1:
@@ -158,7 +165,10 @@ class Trainer:
         self._rng_at_step = rng_state(self.device)
         self.last_step_skipped = False  # fp16: the gradient scaler skipped the update (overflow)
         self._stop_requests = distributed.StopRequests()  # torchrun: signals stop all ranks together
-        autocast(self.device, cfg.train.precision)  # validate --precision early
+        self.kept = KeptCheckpoints(self.out, cfg.train.keep_last, cfg.train.keep_best)
+        self.tensorboard = TensorBoardLog(cfg.train.tensorboard, enabled=self.main)
+        self._saved_at, self._saved_step = time.time(), -1  # the last write of last.pt
+        autocast(self.device, self.precision)  # validate --precision early
         self.ddp = distributed.wrap_model(self.model, self.device)  # the model itself in one process
         self.forward = compile_model(self.ddp) if cfg.train.compile else self.ddp
 
@@ -188,6 +198,18 @@ class Trainer:
     def _save_last(self) -> None:
         """``last.pt`` with every rank's RNG state; all ranks must call this at the same step."""
         self.save("last.pt", distributed.gather(self._rng_at_step))
+        self._saved_at, self._saved_step = time.time(), self.progress.step
+
+    def _periodic_save(self, due_by_clock: bool) -> None:
+        """``last.pt`` every ``save_every`` steps or ``save_every_minutes`` (rank 0's clock, agreed by
+        all ranks), unless this step already wrote it; a snapshot too with ``keep_last``."""
+        p, tc = self.progress, self.cfg.train
+        due = due_by_clock or bool(tc.save_every) and p.step % tc.save_every == 0
+        if not due or p.step == self._saved_step:
+            return
+        self._save_last()
+        if self.main and self.kept.keep_last:
+            self.kept.add(self.state(), p.step, bleu=None)
 
     def restore(self, path: Path) -> None:
         payload = load_checkpoint(path)
@@ -235,6 +257,7 @@ class Trainer:
         finally:
             bar.close()
         self._final_checkpoints()
+        self.tensorboard.close()
         return self.progress
 
     def _run_epochs(self, bar, session_start: float) -> None:
@@ -320,7 +343,7 @@ class Trainer:
         for i, batch in enumerate(group):
             batch = batch.to(self.device)
             with distributed.no_sync(self.ddp, sync=i == len(group) - 1):
-                with autocast(self.device, self.cfg.train.precision):
+                with autocast(self.device, self.precision):
                     logits, _ = self.forward(batch.src, batch.src_mask, batch.tgt_in)
                 loss = sequence_loss(logits, batch.tgt_out, self.cfg.train.label_smoothing, reuse_logits=True)
                 self.scaler.scale(loss / normaliser).backward()
@@ -347,6 +370,7 @@ class Trainer:
             [loss] = distributed.all_reduce_sum([float(rank_loss)])
             tok_s = p.tgt_tokens / max(p.train_seconds, 1e-9)
             bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:.0f}")
+            self.tensorboard.scalars("train", {"loss": loss, "lr": lr, "tokens_per_s": tok_s}, p.step)
             self.metrics.write({"kind": "train", "step": p.step, "epoch": p.epoch, "loss": loss, "lr": lr,
                                 "tokens_per_s": tok_s, "elapsed": p.elapsed})
             if self.quiet:
@@ -356,9 +380,11 @@ class Trainer:
 
     def _should_stop(self) -> bool:
         p, tc = self.progress, self.cfg.train
-        # rank 0's clock decides the time limit; a stop request on any rank stops all (StopRequests)
-        out_of_time, interrupted = distributed.agree(
-            [self.main and bool(tc.max_minutes) and p.elapsed >= tc.max_minutes * 60, self._stop_requests.requested])
+        # rank 0's clock decides the time limits; a stop request on any rank stops all (StopRequests)
+        save_due = bool(tc.save_every_minutes) and time.time() - self._saved_at >= tc.save_every_minutes * 60
+        out_of_time, interrupted, save_due = distributed.agree(
+            [self.main and bool(tc.max_minutes) and p.elapsed >= tc.max_minutes * 60, self._stop_requests.requested,
+             self.main and save_due])
         if interrupted:
             self._stop_requests.requested = True
             p.stopped = "interrupted"
@@ -369,6 +395,8 @@ class Trainer:
             p.stopped = "max_minutes"
         elif tc.patience and p.evals_without_improvement >= tc.patience:
             p.stopped = "early_stopping"
+        if not p.stopped:  # a stopping run writes last.pt anyway
+            self._periodic_save(save_due)
         return bool(p.stopped)
 
     # ----------------------------------------------------------------- evaluation
@@ -386,9 +414,12 @@ class Trainer:
                             "train_seconds": p.train_seconds, **scores})
         log("valid", step=p.step, loss=scores["loss"], ppl=scores["ppl"], bleu=scores["bleu"],
             best_bleu=p.best_bleu, elapsed_s=round(p.elapsed))
+        self.tensorboard.scalars("valid", scores, p.step)
         if improved:
             self.save("best.pt")
         self._save_last()
+        if self.main and self.kept.enabled:
+            self.kept.add(self.state(), p.step, bleu=scores["bleu"])
 
     @torch.inference_mode()
     def validate(self) -> dict[str, float]:
@@ -397,16 +428,20 @@ class Trainer:
         loss_sum, tokens = torch.zeros((), device=self.device), 0
         for batch in self.corpus.eval_batches("validation"):
             batch = batch.to(self.device)
-            with autocast(self.device, self.cfg.train.precision):
+            with autocast(self.device, self.precision):
                 logits, _ = self.model(batch.src, batch.src_mask, batch.tgt_in)
             loss_sum += sequence_loss(logits, batch.tgt_out)
             tokens += batch.num_tgt_tokens
         sources, references = self.corpus.texts("validation", self.cfg.train.eval_max_sentences)
         translator = Translator(self.model, self.corpus.tokenizer, self.device)
         hyps = translator.translate(sources, beam_size=self.cfg.train.eval_beam_size, need_attention=False)
-        bleu = corpus_scores([h.text for h in hyps], references, ("bleu",))["bleu"].score
+        scores = corpus_scores([h.text for h in hyps], references, ("bleu", "chrf"))
+        if self.tensorboard.writer is not None:  # the same few sentences at every validation
+            self.tensorboard.attention(translator.translate(sources[: self.tensorboard.sentences], beam_size=1),
+                                       self.progress.step)
         loss = float(loss_sum) / max(tokens, 1)
-        return {"loss": loss, "ppl": math.exp(min(loss, 50)), "bleu": bleu}
+        return {"loss": loss, "ppl": math.exp(min(loss, 50)), "bleu": scores["bleu"].score,
+                "chrf": scores["chrf"].score}
 
     def _progress_bar(self):
         from tqdm import tqdm
@@ -466,9 +501,12 @@ def _train(cfg: RunConfig, resume: bool, quiet: bool, final_test: bool) -> Train
     set_threads(cfg.train.threads)
     allow_tf32(cfg.train.tf32)
     seed_everything(cfg.train.seed)
-    slow = precision_warning(resolve_device(cfg.train.device), cfg.train.precision)  # before any work
+    device = resolve_device(cfg.train.device)
+    slow = precision_warning(device, resolve_precision(device, cfg.train.precision))  # before any work
     if slow:
         log("warning", message=slow)
+    if cfg.train.tensorboard and distributed.is_main():
+        check_log_dir(cfg.train.tensorboard)  # installed and writable, before any work
     out.mkdir(parents=True, exist_ok=True)
     corpus = prepare_run_corpus(cfg, out, quiet=quiet)
     cfg.model.vocab_size = corpus.tokenizer.vocab_size
@@ -481,7 +519,8 @@ def _train(cfg: RunConfig, resume: bool, quiet: bool, final_test: bool) -> Train
         log("resume", step=trainer.progress.step, epoch=trainer.progress.epoch)
     ranks = {"processes": trainer.world} if trainer.world > 1 else {}
     log("start", arch=cfg.model.arch, attention=cfg.model.attention if cfg.model.arch == "rnn" else "-",
-        parameters=trainer.model.num_parameters(), device=trainer.device, output_dir=out, **ranks)
+        parameters=trainer.model.num_parameters(), device=trainer.device, precision=trainer.precision,
+        output_dir=out, **ranks)
     progress = trainer.fit()
     result = TrainResult(out, out / "best.pt", out / "last.pt", progress,
                          parameters=trainer.model.num_parameters(), peak_rss_mb=peak_rss_mb(), rank=trainer.rank)
