@@ -78,6 +78,8 @@ def evaluate(systems: dict[str, list[Path]], args: argparse.Namespace) -> dict:
 
     splits = {split: [(args.data_dir / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()
                       for lang in (args.src, args.tgt)] for split in (args.test_split, "val")}
+    if args.val_sentences:  # the first N validation pairs only (time)
+        splits["val"] = [lines[: args.val_sentences] for lines in splits["val"]]
     results = {}
     for name, checkpoints in systems.items():
         translator = Translator.from_checkpoint(checkpoints if len(checkpoints) > 1 else checkpoints[0],
@@ -105,7 +107,8 @@ def combine_table(record: dict) -> str:
             f"{record['train']['rnn']['steps']} steps in {record['train']['rnn']['elapsed_s'] / 60:.1f} min); "
             f"beam 5; {record['machine']['cpu']}.", ""]
     return "\n".join(head) + markdown_table(
-        ["system", f"{test} BLEU", "chrF", "val BLEU", f"{test} sentences/s"], rows) + "\n"
+        ["system", f"{test} BLEU", "chrF", f"val BLEU ({record['val_sentences']} sentences)", f"{test} sentences/s"],
+        rows) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=0, help="or a wall-clock budget per system (0 = none)")
     parser.add_argument("--eval-every", type=int, default=150)
     parser.add_argument("--keep", type=int, default=4, help="checkpoints averaged (best K, last K)")
+    parser.add_argument("--val-sentences", type=int, default=0, help="score the first N validation pairs (0 = all)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--runs", type=Path, help="where the runs are (reused if complete; default: beside --out)")
@@ -128,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     args.runs_root = runs
     runs.mkdir(parents=True, exist_ok=True)
     record = {**provenance("combine"), "steps": args.steps, "test_split": args.test_split,
+              "val_sentences": args.val_sentences or "all",
               "train": train_both(args, runs)}
     transformer, rnn = runs / "transformer" / "best.pt", runs / "rnn" / "best.pt"
     systems = {"transformer best.pt": [transformer]}
