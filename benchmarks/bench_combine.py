@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from common import ROOT, provenance, write_record
+from common import ROOT, add_multi30k_flags, provenance, write_record
 from seq2seq.io_utils import markdown_table
 
-DEFAULT_DATA = os.environ.get("SEQ2SEQ_MULTI30K")
 
 
 def train(system: str, args: argparse.Namespace, run_dir: Path, *extra: str) -> dict:
@@ -113,10 +111,7 @@ def combine_table(record: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, required=DEFAULT_DATA is None)
-    parser.add_argument("--src", default="de")
-    parser.add_argument("--tgt", default="en")
-    parser.add_argument("--test-split", default="test_2016_flickr")
+    add_multi30k_flags(parser)
     parser.add_argument("--steps", type=int, default=1200, help="updates per system (default: 1200)")
     parser.add_argument("--minutes", type=float, default=0, help="or a wall-clock budget per system (0 = none)")
     parser.add_argument("--eval-every", type=int, default=150)

@@ -66,3 +66,14 @@ def write_record(path: str | Path, record: dict[str, Any], table: str | None = N
         with atomic_output(path.with_suffix(".md")) as handle:
             handle.write(table if table.endswith("\n") else table + "\n")
     return path
+
+
+DEFAULT_DATA = os.environ.get("SEQ2SEQ_MULTI30K")  # Multi30k {split}.{lang} files, or --data-dir
+
+
+def add_multi30k_flags(parser) -> None:
+    """--data-dir (default $SEQ2SEQ_MULTI30K), --src, --tgt, --test-split: where a benchmark reads Multi30k."""
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, required=DEFAULT_DATA is None)
+    parser.add_argument("--src", default="de")
+    parser.add_argument("--tgt", default="en")
+    parser.add_argument("--test-split", default="test_2016_flickr")

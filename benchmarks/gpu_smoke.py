@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -29,10 +28,9 @@ from pathlib import Path
 
 import torch
 
-from common import ROOT, provenance, write_record
+from common import ROOT, add_multi30k_flags, provenance, write_record
 from seq2seq.io_utils import markdown_table
 
-DEFAULT_DATA = os.environ.get("SEQ2SEQ_MULTI30K")
 SYSTEMS = {"rnn": "rnn-bahdanau", "transformer": "transformer"}
 
 
@@ -111,10 +109,7 @@ def attribution_against_cpu(run_dir: Path, sentences: list[str]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, required=DEFAULT_DATA is None)
-    parser.add_argument("--src", default="de")
-    parser.add_argument("--tgt", default="en")
-    parser.add_argument("--test-split", default="test_2016_flickr")
+    add_multi30k_flags(parser)
     parser.add_argument("--minutes", type=float, default=1.0, help="training budget of each Multi30k run")
     parser.add_argument("--sentences", type=int, default=1000, help="test sentences decoded (default: all)")
     parser.add_argument("--skip-suite", action="store_true", help="skip the test suite (step 1)")

@@ -37,6 +37,15 @@ def tiny_tokenizer(toy_dd) -> Tokenizer:
     return Tokenizer.train(texts, vocab_size=200, model_type="unigram")
 
 
+@pytest.fixture(scope="module")
+def batch():
+    """Six reversal-task sources of 1-6 symbols (+ EOS), padded: (src, mask) for the search tests."""
+    from test_models import reverse_batch
+
+    src, mask, _, _ = reverse_batch(6, torch.Generator().manual_seed(7), 1, 6)
+    return src, mask
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _one_thread():
     """Tests use tiny tensors: one thread is fastest and does not fight other processes for cores."""

@@ -11,7 +11,7 @@ from seq2seq.errors import UserError
 from seq2seq.models import build_model
 from seq2seq.tokenizer import Tokenizer
 from seq2seq.training.checkpoint import bytes_to_tensor, save_checkpoint
-from test_models import BOS, EOS, make_model, reverse_batch, train
+from test_models import BOS, EOS, make_model, train, single
 
 
 @pytest.fixture(scope="module")
@@ -22,17 +22,6 @@ def rnn():
 @pytest.fixture(scope="module")
 def transformer():
     return train(make_model("transformer-pre"), 40, 1e-2)
-
-
-@pytest.fixture(scope="module")
-def batch():
-    src, mask, _, _ = reverse_batch(6, torch.Generator().manual_seed(7), 1, 6)
-    return src, mask
-
-
-def _single(src, mask, i):
-    length = int(mask[i].sum())
-    return src[i : i + 1, :length], mask[i : i + 1, :length]
 
 
 def _mixture_log_prob(members, src, mask, tokens):
@@ -121,11 +110,11 @@ def test_mixed_ensemble_hypotheses_score_their_mixture_log_probability(rnn, tran
     assert ensemble.attention_layers == 1 and ensemble.attention_heads == 1  # member 0, the RNN
     for i, hyps in enumerate(together):
         for h in hyps:
-            expected = _mixture_log_prob([rnn, transformer], *_single(src, mask, i), h.tokens)
+            expected = _mixture_log_prob([rnn, transformer], *single(src, mask, i), h.tokens)
             assert h.log_prob == pytest.approx(expected, abs=1e-4)
             assert h.attention.shape == (1, 1, len(h.tokens) + 1, int(mask[i].sum()))
         if search != "sample":
-            alone = decode(ensemble, *_single(src, mask, i))[0]
+            alone = decode(ensemble, *single(src, mask, i))[0]
             assert [h.tokens for h in alone] == [h.tokens for h in hyps]
 
 

@@ -58,6 +58,12 @@ def reverse_batch(n: int, generator: torch.Generator, min_len: int = 3, max_len:
     return src, src != PAD, tgt_in, tgt_out
 
 
+def single(src, mask, i):
+    """Sentence ``i`` of a padded batch alone, without its padding: (1, len) ids and mask."""
+    length = int(mask[i].sum())
+    return src[i : i + 1, :length], mask[i : i + 1, :length]
+
+
 def train(model, steps: int, lr: float, batch: int = 128, seed: int = 0):
     """Adam with a short linear warmup and a linear decay to 0 (stable last steps)."""
     generator = torch.Generator().manual_seed(seed)

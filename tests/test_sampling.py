@@ -7,7 +7,7 @@ import torch
 from seq2seq.config import check_decoding
 from seq2seq.decoding.search import Sampling, greedy_search, max_lengths, sample_search, translate_batch
 from seq2seq.errors import UserError
-from test_models import BOS, EOS, PAD, VOCAB, make_model, reverse_batch, train
+from test_models import BOS, EOS, PAD, VOCAB, make_model, train, single
 
 ARCHS = ["bahdanau", "transformer-pre"]
 
@@ -17,17 +17,6 @@ def model(request):
     """Briefly trained (not converged): peaked but not one-hot next-token distributions."""
     steps = {"bahdanau": 25, "transformer-pre": 40}[request.param]
     return train(make_model(request.param), steps, 1e-2)
-
-
-@pytest.fixture(scope="module")
-def batch():
-    src, mask, _, _ = reverse_batch(6, torch.Generator().manual_seed(7), 1, 6)
-    return src, mask
-
-
-def _single(src, mask, i):
-    length = int(mask[i].sum())
-    return src[i : i + 1, :length], mask[i : i + 1, :length]
 
 
 def _step_log_probs(model, src, mask, tokens, limit):
@@ -83,7 +72,7 @@ def test_samples_stay_inside_top_k_and_the_nucleus(model, batch, temperature, to
     for i, samples in enumerate(hyps):
         assert len(samples) == 8 and [h.score for h in samples] == sorted((h.score for h in samples), reverse=True)
         for h in samples:
-            log_p = _step_log_probs(model, *_single(src, mask, i), h.tokens, int(limits[i]))
+            log_p = _step_log_probs(model, *single(src, mask, i), h.tokens, int(limits[i]))
             for t, y in enumerate(h.tokens + [EOS]):
                 assert _allowed(log_p[t], temperature, top_k, top_p)[y], (i, h.tokens, t)
                 drawn.add((t, y))
@@ -145,7 +134,7 @@ def test_same_seed_same_samples_whatever_the_batch_and_different_seeds_differ(mo
     assert tokens == [[h.tokens for h in s] for s in again]
     assert tokens != [[h.tokens for h in s] for s in other]
     for i in (0, 3, 5):  # alone in its batch, under its own sentence id: the same samples
-        alone = sample_search(model, *_single(src, mask, i), Sampling(seed=7, **hot), n_samples=3,
+        alone = sample_search(model, *single(src, mask, i), Sampling(seed=7, **hot), n_samples=3,
                               sentence_ids=[i], need_attention=False)[0]
         assert [h.tokens for h in alone] == tokens[i]
         assert [h.log_prob for h in alone] == pytest.approx([h.log_prob for h in first[i]], abs=1e-5)

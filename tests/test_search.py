@@ -6,7 +6,7 @@ import torch
 
 from seq2seq.errors import UserError
 from seq2seq.decoding.search import beam_search, greedy_search, length_penalty_gnmt, max_lengths, translate_batch
-from test_models import BOS, EOS, PAD, VOCAB, make_model, reverse_batch, train
+from test_models import BOS, EOS, PAD, VOCAB, make_model, train, single
 
 ARCHS = ["bahdanau", "luong-no-feeding", "transformer-pre"]
 
@@ -18,17 +18,6 @@ def model(request):
     """Briefly trained (not converged): hypotheses end at different lengths, some by EOS, some by the bound."""
     steps = {"bahdanau": 25, "luong-no-feeding": 25, "transformer-pre": 40}[request.param]
     return train(make_model(request.param), steps, 1e-2)
-
-
-@pytest.fixture(scope="module")
-def batch():
-    src, mask, _, _ = reverse_batch(6, torch.Generator().manual_seed(7), 1, 6)
-    return src, mask
-
-
-def _single(src, mask, i):
-    length = int(mask[i].sum())
-    return src[i : i + 1, :length], mask[i : i + 1, :length]
 
 
 def _rescore(model, src, mask, tokens):
@@ -59,7 +48,7 @@ def test_beam_scores_sorted_and_equal_rescoring(model, batch, alpha):
         assert scores == sorted(scores, reverse=True)
         assert len({tuple(h.tokens) for h in sentence}) == 3
         for h in sentence:
-            log_prob = _rescore(model, *_single(src, mask, i), h.tokens)
+            log_prob = _rescore(model, *single(src, mask, i), h.tokens)
             assert h.log_prob == pytest.approx(log_prob, abs=1e-4)
             assert h.score == pytest.approx(log_prob / length_penalty_gnmt(len(h.tokens) + 1, alpha), abs=1e-4)
             assert h.attention is None and EOS not in h.tokens and BOS not in h.tokens and PAD not in h.tokens
@@ -99,7 +88,7 @@ def test_beam_search_equals_textbook_beam_search(model, batch, alpha):
     hyps = beam_search(model, src, mask, beam_size=3, n_best=3, length_penalty=alpha, max_len_offset=2,
                        need_attention=False)
     for i, sentence in enumerate(hyps):
-        expected = _reference_beam(model.eval(), *_single(src, mask, i), 3, alpha, int(limits[i]))
+        expected = _reference_beam(model.eval(), *single(src, mask, i), 3, alpha, int(limits[i]))
         assert [h.tokens for h in sentence] == [tokens for tokens, _, _ in expected]
         for h, (_, log_prob, score) in zip(sentence, expected):
             assert h.log_prob == pytest.approx(log_prob, abs=1e-4) and h.score == pytest.approx(score, abs=1e-4)
@@ -117,7 +106,7 @@ def test_batch_decodes_like_each_sentence_alone(model, batch, beam_size):
     src, mask = batch
     together = translate_batch(model, src, mask, beam_size=beam_size, n_best=beam_size)
     for i, hyps in enumerate(together):
-        alone = translate_batch(model, *_single(src, mask, i), beam_size=beam_size, n_best=beam_size)[0]
+        alone = translate_batch(model, *single(src, mask, i), beam_size=beam_size, n_best=beam_size)[0]
         assert [h.tokens for h in hyps] == [h.tokens for h in alone]
         for h, a in zip(hyps, alone):
             assert h.score == pytest.approx(a.score, abs=1e-4)
@@ -137,7 +126,7 @@ def test_attention_shapes_and_rows(model, batch, beam_size):
 
 def test_attention_is_what_decoding_saw(model, batch):
     """The attention attached to a hypothesis equals decode_step's attention along its path."""
-    src, mask = _single(*batch, 1)
+    src, mask = single(*batch, 1)
     (hyp,) = greedy_search(model, src, mask)[0]
     with torch.no_grad():
         memory = model.encode(src, mask)
