@@ -1,6 +1,6 @@
 """The ``seq2seq`` command: one subcommand per module of this package, imported only when run.
 
-    seq2seq train | translate | align | compare | shortlist | average [options]    (seq2seq CMD --help)
+    seq2seq train | translate | align | compare | shortlist | average | export | ... [options]    (seq2seq CMD --help)
 """
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ COMMANDS = {
     "compare": "side-by-side report of several trained systems on one test set",
     "shortlist": "build a run's lexical shortlist for translate --shortlist",
     "average": "average the weights of several checkpoints of one run",
+    "analyze": "attention statistics per layer and head, head importance and pruning over a corpus",
+    "view": "interactive HTML viewer of an alignments export (attention, attribution, layers, heads)",
+    "export": "write a model as safetensors or for CTranslate2",
 }
 
 

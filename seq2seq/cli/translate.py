@@ -4,6 +4,7 @@
     seq2seq translate --checkpoint RUN --input test.de --output test.hyp --reference test.en
     seq2seq translate --checkpoint RUN --input test.de --alignments align.jsonl --plot-dir plots/
     seq2seq translate --checkpoint RUN --input test.de --alignments align.jsonl --attribution gradient occlusion
+    seq2seq translate --checkpoint RUN --input test.de --html view.html --attribution gradient
     seq2seq translate --checkpoint RUN --input mono.de --sample --top-p 0.9 --seed 1   # back-translation
     seq2seq translate --checkpoint RUN_RNN RUN_TRANSFORMER --input test.de              # an ensemble
 """
@@ -13,6 +14,10 @@ from ..config import check_decoding
 from ..errors import UserError
 from .common import (add_alignment_flags, add_decode_flags, add_device_flag, check_alignment_flags, parser_for,
                      run_cli)
+
+#: ``seq2seq.analysis.attribution.METHODS``, spelled out so that parsing flags imports no torch (a test
+#: keeps the two equal)
+ATTRIBUTION_METHODS = ("gradient", "integrated-gradients", "occlusion", "grad-attention", "lime", "kernel-shap")
 
 
 def parse_args(argv: list[str] | None):
@@ -48,6 +53,9 @@ def parse_args(argv: list[str] | None):
     a.add_argument("--plot-dir", metavar="DIR",
                    help="write word-level heatmaps per sentence here: NNNNN.png/.svg, NNNNN_grid.png "
                         "(layers x heads, multi-head models), NNNNN_attribution.png (with --attribution)")
+    a.add_argument("--html", metavar="FILE",
+                   help="write an interactive viewer here: one self-contained HTML page (hover a target word to "
+                        "see its source weights; layers, heads, attribution methods); see seq2seq view")
     a.add_argument("--max-plots", type=int, default=100,
                    help="plot at most this many sentences into --plot-dir, with a message when it cuts "
                         "(default: 100)")
@@ -55,12 +63,19 @@ def parse_args(argv: list[str] | None):
     a.add_argument("--include-eos", action="store_true",
                    help="keep the source EOS column and target EOS row in matrices and links "
                         "(default: dropped, so EOS never appears as an alignment point)")
-    a.add_argument("--attribution", nargs="+", metavar="METHOD",
-                   choices=("gradient", "integrated-gradients", "occlusion"),
-                   help="also compute attribution matrices (gradient | integrated-gradients | occlusion, "
-                        "one or more) into the --alignments export and --plot-dir; see docs/guides/attribution.md")
+    a.add_argument("--attribution", nargs="+", metavar="METHOD", choices=ATTRIBUTION_METHODS,
+                   help="also compute attribution matrices (one or more of " + " | ".join(ATTRIBUTION_METHODS) +
+                        "; grad-attention reads --align-layer / --align-heads; lime and kernel-shap need "
+                        "pip install 'seq2seq[explain]') into the --alignments export and --plot-dir; see "
+                        "docs/guides/attribution.md")
     a.add_argument("--ig-steps", type=int, default=16,
                    help="integration steps for integrated-gradients (default: 16)")
+    a.add_argument("--attribution-samples", type=int, default=200,
+                   help="perturbed sources per sentence for lime and kernel-shap; a source of M words needs at "
+                        "least 2 (M + 1) (default: 200)")
+    a.add_argument("--attribution-seed", type=int, default=0,
+                   help="seed of the lime and kernel-shap samples: the same seed gives the same attributions "
+                        "(default: 0)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     return p.parse_args(argv)
 

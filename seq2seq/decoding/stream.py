@@ -5,8 +5,8 @@ Input is read and translated in chunks (one line at a time when stdin is a termi
 command works as an interactive filter and on files larger than memory; outputs are flushed
 after each chunk and always come out in input order, one line per input line.
 
-With --alignments / --plot-dir every sentence's attention (and, with --attribution, gradient x
-input / integrated gradients / occlusion matrices of the chosen output) is exported as one JSONL
+With --alignments / --plot-dir every sentence's attention (and, with --attribution, the chosen
+methods' attribution matrices of the chosen output) is exported as one JSONL
 record (+ npz arrays) and plotted; see seq2seq/analysis/alignment.py and docs/formats.md for the
 schema. The aggregate matrix defaults to the penultimate decoder layer averaged over heads
 (--align-layer -2 --align-heads mean): Garg et al. (2019) found that layer's attention aligns
@@ -43,7 +43,7 @@ ALTERNATIVE_KEYS = ("target", "tgt_pieces", "tgt_words", *MEMBER_KEYS)
 
 def translate_stream(args: argparse.Namespace) -> int:
     """Run translate.py's job; returns the number of input lines translated."""
-    need_attention = bool(args.alignments or args.plot_dir)
+    need_attention = bool(args.alignments or args.plot_dir or args.html)
     _check_alignment_flags(args, need_attention)
     translator = Translator.from_checkpoints(args.checkpoint, device=args.device,
                                              max_input_tokens=args.max_input_tokens, precision=args.precision,
@@ -84,18 +84,24 @@ def translate_stream(args: argparse.Namespace) -> int:
 
 def _check_alignment_flags(args: argparse.Namespace, need_attention: bool) -> None:
     if args.attribution and not need_attention:
-        raise UserError("--attribution needs --alignments FILE and/or --plot-dir DIR to write its matrices to")
+        raise UserError("--attribution needs --alignments FILE, --plot-dir DIR and/or --html FILE to write its "
+                        "matrices to")
     from ..analysis.attribution import GRADIENT_METHODS
+    from ..analysis.perturbation import METHODS as PERTURBATION_METHODS, min_samples
 
     gradients = [method for method in GRADIENT_METHODS if method in (args.attribution or [])]
     if gradients and len(args.checkpoint) > 1:
-        raise UserError(f"--attribution {' '.join(gradients)} differentiates one model's source embeddings; with "
-                        "several --checkpoint (an ensemble) use --attribution occlusion")
+        raise UserError(f"--attribution {' '.join(gradients)} differentiates one model; with several "
+                        "--checkpoint (an ensemble) use --attribution occlusion, lime or kernel-shap")
     if gradients and args.precision == "int8":
         raise UserError(f"--attribution {' '.join(gradients)} differentiates the model, and --precision int8 "
-                        "layers have no gradients; use --attribution occlusion, or --precision fp32")
+                        "layers have no gradients; use --attribution occlusion, lime or kernel-shap, or "
+                        "--precision fp32")
     if "integrated-gradients" in (args.attribution or []) and args.ig_steps < 1:
         raise UserError(f"--ig-steps must be >= 1, got {args.ig_steps}")
+    if set(PERTURBATION_METHODS) & set(args.attribution or []) and args.attribution_samples < min_samples(1):
+        raise UserError(f"--attribution-samples must be >= {min_samples(1)} (2 (words + 1) for a one-word "
+                        f"source), got {args.attribution_samples}")
 
 
 def _write_results(out, results: list[Translation], offset: int, n_best: int) -> None:
@@ -117,8 +123,8 @@ def _print_scores(texts: list[str], references: list[str], args: argparse.Namesp
 
 
 class _alignment_sink:
-    """Collects translations for --alignments (JSONL + npz) and --plot-dir (heatmaps); with
-    --attribution also computes and exports/plots attribution matrices beside the attention."""
+    """Collects translations for --alignments (JSONL + npz), --plot-dir (heatmaps) and --html (the viewer,
+    with every layer and head); with --attribution also computes and exports/plots attribution matrices."""
 
     def __init__(self, args: argparse.Namespace, translator: Translator) -> None:
         from ..analysis.alignment import AlignmentWriter
@@ -146,16 +152,23 @@ class _alignment_sink:
                                 ".npz arrays are written beside it")
             self.writer = AlignmentWriter(path, path.with_suffix(".npz"), layer=self.layer,
                                           heads=self.heads, **self.options)
+        self.viewer = None
+        if args.html:
+            from ..analysis.viewer import ViewerWriter
+
+            name = "standard input" if args.input in (None, "-") else Path(args.input).name
+            self.viewer = ViewerWriter(args.html, f"seq2seq translate: {name}")
 
     def __enter__(self):
-        if self.writer is not None:
-            self.writer.__enter__()
+        with ExitStack() as stack:
+            for writer in (self.writer, self.viewer):
+                if writer is not None:
+                    stack.enter_context(writer)
+            self._stack = stack.pop_all()
         return self
 
     def __exit__(self, *exc):
-        if self.writer is not None:
-            return self.writer.__exit__(*exc)
-        return False
+        return self._stack.__exit__(*exc)
 
     def add(self, results: list[Translation], first_index: int) -> None:
         for i, result in enumerate(results):
@@ -163,6 +176,8 @@ class _alignment_sink:
             attributions = self._attributions(result, record) if result.attention is not None else []
             if self.writer is not None:
                 self.writer.write(record)
+            if self.viewer is not None:
+                self.viewer.add(record.to_json(), record.attention)
             if self.args.plot_dir and result.attention is not None:
                 self.plottable += 1
                 if self.plottable <= self.args.max_plots:
@@ -218,7 +233,10 @@ class _alignment_sink:
 
         out = []
         for name in self.methods:
-            attribution = attribute_translation(self.translator, result, name, self.args.ig_steps)
+            attribution = attribute_translation(self.translator, result, name, self.args.ig_steps,
+                                                samples=self.args.attribution_samples,
+                                                seed=self.args.attribution_seed, layer=self.layer,
+                                                heads=self.heads)
             attr_record = attribution.record_for(result, record.index, **self.options)
             record.extra.setdefault("attribution", {})[name] = attribution.to_json(attr_record)
             record.extra_arrays[f"attr_{name}_raw"] = attribution.raw

@@ -10,6 +10,9 @@ A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts, so i
     optimizer, scheduler, scaler  state_dicts (training only)
     progress        dict          step, epoch, batch position, best BLEU, elapsed time, ...
     rng             dict          torch / CUDA / numpy / python RNG states
+
+``load_checkpoint`` also reads a directory written by ``seq2seq export --format safetensors``
+(config, tokenizer and model only: ``seq2seq.export.safetensors``).
 """
 from __future__ import annotations
 
@@ -33,9 +36,14 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load a checkpoint safely; any problem becomes a UserError naming the file."""
+    """Load a checkpoint (a .pt file, a run directory: its best.pt, else last.pt, or an exported
+    safetensors directory) safely; any problem becomes a UserError naming the file."""
     path = Path(path)
     if path.is_dir():
+        from ..export.safetensors import is_exported, read_safetensors
+
+        if is_exported(path):
+            return read_safetensors(path)
         path = path / "best.pt" if (path / "best.pt").is_file() else path / "last.pt"
     if not path.is_file():
         raise UserError(f"checkpoint {path}: no such file (pass a .pt file or a run directory)")
