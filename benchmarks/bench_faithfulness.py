@@ -1,23 +1,33 @@
-"""Faithfulness benchmark: do attention / attribution point at the source tokens the output needs?
+"""Faithfulness benchmark: do attention and attribution point at the source words the output needs?
 
-    python benchmarks/bench_faithfulness.py --checkpoint RUN/best.pt --source test.de \\
-        [--sentences 100] [--top-k 1 2 3] [--methods attention gradient occlusion random]
+    python benchmarks/bench_faithfulness.py --checkpoint RNN/best.pt TRANSFORMER/best.pt --source test.de \\
+        [--sentences 100] [--max-words 4] [--methods attention grad-attention gradient ... random]
 
-Deletion test (after Jain & Wallace 2019, DeYoung et al. 2020 "comprehensiveness"): translate each
-sentence greedily, giving y. Each method scores every source position s (source EOS excluded) by
-its total importance for the output, imp(s) = sum over target rows t < T+1 (EOS row excluded) of
-the method's non-negative matrix: attention weights (``--align-layer``/``--align-heads`` aggregate), |gradient
-x input|, |integrated gradients| or max(occlusion, 0) (see ``seq2seq.analysis.attribution``); ``random``
-draws a random order (seeded). The k highest-scoring tokens are deleted (source EOS kept) and the
-same y is re-scored by teacher forcing:
+Every checkpoint (e.g. one per architecture) translates each sentence greedily, giving y. Each
+method gives every source word w (``word_spans`` of the source pieces, EOS excluded) its total
+importance for the output, imp(w) = the sum over w's pieces and the target rows t < T+1 (EOS row
+excluded) of the method's non-negative matrix: attention weights (``--align-layer`` /
+``--align-heads`` aggregate), the ``scores`` of an attribution method (see
+``seq2seq.analysis.attribution``: gradient-weighted attention with the same layer / heads, |gradient
+x input|, |integrated gradients|, max(occlusion, 0), max(LIME, 0), max(KernelSHAP, 0)), or a random
+order (``random``, seeded). Words are ranked by imp (ties: earlier word first), and the same y is
+re-scored by teacher forcing, in nats of the whole output incl. EOS, with F(x) = log p(y | x):
 
-    drop_k = log p(y | x) - log p(y | x without its top-k tokens)     (nats, whole output incl. EOS)
+    deletion   drop_k = F(x) - F(x without its top-k words)          (source EOS kept)
+    insertion  gain_k = F(x with only its top-k words) - F(EOS only)  (words in source order)
 
-The table reports the mean drop over sentences with more than k source tokens (and its standard
-error). A larger drop means the method found tokens the output depends on. Occlusion measures
-single deletions directly, so it is a strong reference at k = 1 (not an exact oracle: it sums
-per-row effects, clips negative ones and leaves out the EOS row); at k > 1 interactions matter.
-Writes a JSON record (command, settings, versions, machine, numbers) and prints a markdown table.
+    AOPC_del = (1/K) sum_{k=1..K} drop_k,   AOPC_ins = (1/K) sum_{k=1..K} gain_k      (K = --max-words)
+
+after Samek et al. 2017 (AOPC), DeYoung et al. 2020 (comprehensiveness / sufficiency) and Petsiuk
+et al. 2018 (deletion / insertion). Larger is better for both: the top words are the ones the output
+needs (deletion) and they suffice to restore it (insertion). Only sentences with more than K words
+count, so every method is scored on the same sentences at every k. Deletion is the quantity
+occlusion measures one word at a time, so occlusion is a strong reference for small K (not an
+oracle: it sums per-row effects of single pieces and clips negative ones).
+
+Writes one JSON record (command, settings, versions, machine; per checkpoint and method the AOPCs,
+their standard errors, the mean curves and the seconds per sentence), a markdown table beside it
+(.md) and a bar plot of the AOPCs (.png).
 """
 from __future__ import annotations
 
@@ -29,145 +39,197 @@ from pathlib import Path
 
 import numpy as np
 
-from seq2seq.analysis.alignment import aggregate
+from seq2seq.analysis.alignment import aggregate, word_spans
 from seq2seq.analysis.attribution import METHODS as ATTRIBUTION_METHODS, attribute
-from seq2seq.decoding.scoring import teacher_force
+from seq2seq.analysis.perturbation import DEFAULT_SAMPLES
 from seq2seq.cli import run_cli
-from seq2seq.errors import UserError
-from seq2seq.io_utils import display_path, markdown_table
+from seq2seq.decoding.scoring import teacher_force
 from seq2seq.decoding.stream import check_layer_heads
 from seq2seq.decoding.translator import Translator, read_lines
+from seq2seq.errors import UserError
+from seq2seq.io_utils import display_path, markdown_table
 
-METHODS = ("attention", "gradient", "occlusion", "integrated-gradients", "random")
+METHODS = ("attention", "grad-attention", "gradient", "integrated-gradients", "occlusion", "lime", "kernel-shap",
+           "random")
+CURVES = ("deletion", "insertion")
 
 
-def token_importance(method: str, translation, model, layer, heads, steps: int,
-                     rng: np.random.Generator) -> np.ndarray:
-    """(S,) importance of each source token (EOS excluded) for the output (EOS row excluded)."""
-    n_src = len(translation.src_tokens) - 1
+def word_importance(method: str, translation, model, options: dict, rng: np.random.Generator) -> np.ndarray:
+    """(M,) importance of each source word (EOS excluded) for the output (EOS row excluded)."""
+    spans = word_spans(translation.src_pieces[:-1])
     if method == "random":
-        return rng.random(n_src)
+        return rng.random(len(spans))
     if method == "attention":
-        matrix = aggregate(translation.attention, layer, heads)  # (T+1, S+1)
+        matrix = aggregate(translation.attention, options["layer"], options["heads"])  # (T+1, S+1)
     elif method in ATTRIBUTION_METHODS:
-        matrix = attribute(model, translation.src_tokens, translation.tokens, method, steps).scores
+        matrix = attribute(model, translation.src_tokens, translation.tokens, method, options["steps"],
+                           samples=options["samples"], seed=options["seed"], layer=options["layer"],
+                           heads=options["heads"], src_pieces=translation.src_pieces).scores
     else:
         raise UserError(f"--methods: unknown method {method!r}; choose from {', '.join(METHODS)}")
-    return np.asarray(matrix, dtype=np.float64)[:-1, :-1].sum(axis=0)
+    per_piece = np.asarray(matrix, dtype=np.float64)[:-1, :-1].sum(axis=0)  # (S,)
+    return np.array([per_piece[start:end].sum() for start, end in spans])
 
 
-def top_k_removed(src_ids: list[int], importance: np.ndarray, k: int) -> list[int]:
-    """``src_ids`` without its k most important tokens (ties: earlier position first); EOS kept."""
-    drop = set(np.argsort(-importance, kind="stable")[:k].tolist())
-    return [token for s, token in enumerate(src_ids[:-1]) if s not in drop] + src_ids[-1:]
+def curve_sources(src_ids: list[int], spans: list[tuple[int, int]], importance: np.ndarray,
+                  max_words: int) -> dict[str, list[list[int]]]:
+    """The perturbed sources of both curves, k = 1..max_words: without / with only the top-k words."""
+    order = np.argsort(-importance, kind="stable")
+    out = {curve: [] for curve in CURVES}
+    for k in range(1, max_words + 1):
+        top = set(order[:k].tolist())
+        for curve, keep in (("deletion", lambda w: w not in top), ("insertion", lambda w: w in top)):
+            out[curve].append([t for w, (a, b) in enumerate(spans) if keep(w) for t in src_ids[a:b]] + src_ids[-1:])
+    return out
 
 
-def run(args: argparse.Namespace) -> dict:
-    if not Path(args.source).is_file():
-        raise UserError(f"--source {args.source}: no such file")
-    translator = Translator.from_checkpoint(args.checkpoint, device=args.device)
+def model_label(translator: Translator, checkpoint: str) -> str:
+    cfg = getattr(translator.model, "cfg", None)
+    if cfg is None:
+        return Path(checkpoint).stem
+    return f"rnn-{cfg.attention}" if cfg.arch == "rnn" else cfg.arch
+
+
+def run_model(args: argparse.Namespace, checkpoint: str, lines: list[str]) -> dict:
+    translator = Translator.from_checkpoint(checkpoint, device=args.device)
     layer, heads = check_layer_heads(args.align_layer, args.align_heads, translator.model)
-    lines = [line for line in read_lines(args.source) if line.strip()][: args.sentences]
-    if not lines:
-        raise UserError(f"--source {args.source} has no non-empty lines")
+    options = {"layer": layer, "heads": heads, "steps": args.ig_steps, "samples": args.attribution_samples,
+               "seed": args.attribution_seed}
     start = time.perf_counter()
     translations = translator.translate(lines, beam_size=1, need_attention=True, batch_size=args.batch_size)
     decode_seconds = time.perf_counter() - start
+    used = [t for t in translations if t.tokens and len(word_spans(t.src_pieces[:-1])) > args.max_words]
     rng = np.random.default_rng(args.seed)
-    drops = {m: {k: [] for k in args.top_k} for m in args.methods}
+    values = {m: {curve: [] for curve in CURVES} for m in args.methods}  # per sentence: (K,) curve
     seconds = {m: 0.0 for m in args.methods}
-    used = [t for t in translations if t.tokens and len(t.src_tokens) > 1]
     iterator = used
     if not args.quiet:
         from tqdm import tqdm
 
-        iterator = tqdm(used, desc="faithfulness", unit="sent", file=sys.stderr)
+        iterator = tqdm(used, desc=f"faithfulness {display_path(checkpoint)}", unit="sent", file=sys.stderr)
     for t in iterator:
-        variants, keys = [], []
+        spans = word_spans(t.src_pieces[:-1])
+        sources, keys = [t.src_tokens, t.src_tokens[-1:]], []  # the original and EOS alone first
         for method in args.methods:
             tic = time.perf_counter()
-            importance = token_importance(method, t, translator.model, layer, heads, args.ig_steps, rng)
+            importance = word_importance(method, t, translator.model, options, rng)
             seconds[method] += time.perf_counter() - tic
-            for k in args.top_k:
-                if len(t.src_tokens) - 1 > k:
-                    variants.append(top_k_removed(t.src_tokens, importance, k))
-                    keys.append((method, k))
-        log_probs, _ = teacher_force(translator.model, [t.src_tokens, *variants],
-                                     [t.tokens] * (1 + len(variants)), batch_size=args.batch_size)
-        original = float(log_probs[0].sum())
-        for (method, k), lp in zip(keys, log_probs[1:]):
-            drops[method][k].append(original - float(lp.sum()))
-    return _record(args, translator, lines, used, drops, seconds, decode_seconds)
-
-
-def _record(args, translator, lines, used, drops, seconds, decode_seconds) -> dict:
-
-    from common import provenance
-
+            for curve, variants in curve_sources(t.src_tokens, spans, importance, args.max_words).items():
+                sources.extend(variants)
+                keys.append((method, curve))
+        log_probs, _ = teacher_force(translator.model, sources, [t.tokens] * len(sources), batch_size=args.batch_size)
+        totals = np.array([lp.astype(np.float64).sum() for lp in log_probs])
+        full, empty, rest = totals[0], totals[1], totals[2:].reshape(len(keys), args.max_words)
+        for (method, curve), scores in zip(keys, rest):
+            values[method][curve].append(full - scores if curve == "deletion" else scores - empty)
     cfg = getattr(translator.model, "cfg", None)
-    results = {m: {str(k): _summary(values) for k, values in by_k.items()} for m, by_k in drops.items()}
     return {
-        **provenance("faithfulness"), "checkpoint": display_path(args.checkpoint),
+        "checkpoint": display_path(checkpoint), "label": model_label(translator, checkpoint),
         "model": dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else None,
-        "settings": {"source": display_path(args.source), "sentences_read": len(lines), "sentences_used": len(used),
-                     "decode": "greedy", "top_k": args.top_k, "methods": args.methods, "layer": args.align_layer,
-                     "heads": args.align_heads, "ig_steps": args.ig_steps, "seed": args.seed},
-        "decode_seconds": decode_seconds,
-        "attribution_seconds_per_sentence": {m: s / max(len(used), 1) for m, s in seconds.items()},
-        "results": results,
+        "sentences_translated": len(translations), "sentences_used": len(used), "decode_seconds": decode_seconds,
+        "methods": {m: {**{curve: _summary(values[m][curve]) for curve in CURVES},
+                        "seconds_per_sentence": seconds[m] / len(used) if used else None} for m in args.methods},
     }
 
 
-def _summary(values: list[float]) -> dict:
-    n = len(values)
-    arr = np.asarray(values, dtype=np.float64)
-    return {"mean_drop": float(arr.mean()) if n else None,
-            "stderr": float(arr.std(ddof=1) / np.sqrt(n)) if n > 1 else None, "sentences": n}
+def _summary(curves: list[np.ndarray]) -> dict:
+    """AOPC (mean of a sentence's curve over k) averaged over sentences, its standard error, the mean curve."""
+    if not curves:
+        return {"aopc": None, "stderr": None, "curve": None, "sentences": 0}
+    per_sentence = np.stack(curves)  # (sentences, K)
+    aopc = per_sentence.mean(axis=1)
+    n = len(aopc)
+    return {"aopc": float(aopc.mean()), "stderr": float(aopc.std(ddof=1) / np.sqrt(n)) if n > 1 else None,
+            "curve": per_sentence.mean(axis=0).tolist(), "sentences": n}
+
+
+def run(args: argparse.Namespace) -> dict:
+    from common import provenance
+
+    if not Path(args.source).is_file():
+        raise UserError(f"--source {args.source}: no such file")
+    lines = [line for line in read_lines(args.source) if line.strip()][: args.sentences]
+    if not lines:
+        raise UserError(f"--source {args.source} has no non-empty lines")
+    models = [run_model(args, checkpoint, lines) for checkpoint in args.checkpoint]
+    labels = [m["label"] for m in models]
+    for i, m in enumerate(models):  # two checkpoints of one architecture stay apart
+        if labels.count(m["label"]) > 1:
+            m["label"] = f"{m['label']} #{i + 1}"
+    return {
+        **provenance("faithfulness"),
+        "settings": {"source": display_path(args.source), "sentences_read": len(lines), "decode": "greedy",
+                     "max_words": args.max_words, "methods": args.methods, "layer": args.align_layer,
+                     "heads": args.align_heads, "ig_steps": args.ig_steps,
+                     "attribution_samples": args.attribution_samples, "attribution_seed": args.attribution_seed,
+                     "seed": args.seed},
+        "models": models,
+    }
 
 
 def faithfulness_table(record: dict) -> str:
-    ks = [str(k) for k in record["settings"]["top_k"]]
-    header = ["method", *(f"drop k={k} (nats)" for k in ks), "s/sentence"]
-    table = []
-    for method, by_k in record["results"].items():
-        cells = []
-        for k in ks:
-            s = by_k[k]
-            cells.append("–" if s["mean_drop"] is None else
-                         f"{s['mean_drop']:.3f}" + (f" ± {s['stderr']:.3f}" if s["stderr"] is not None else ""))
-        per_sentence = record["attribution_seconds_per_sentence"][method]
-        table.append([method, *cells, f"{per_sentence:.3f}"])
-    n = {k: record["results"][record["settings"]["methods"][0]][k]["sentences"] for k in ks}
-    rows = [markdown_table(header, table), ""]
-    rows.append("sentences per k: " + ", ".join(f"k={k}: {v}" for k, v in n.items()) +
-                f" (of {record['settings']['sentences_used']} with a non-empty greedy output)")
-    return "\n".join(rows) + "\n"
+    def cell(summary: dict) -> str:
+        if summary["aopc"] is None:
+            return "–"
+        return f"{summary['aopc']:.3f}" + (f" ± {summary['stderr']:.3f}" if summary["stderr"] is not None else "")
+
+    header = ["model", "method", "deletion AOPC (nats)", "insertion AOPC (nats)", "s/sentence"]
+    rows = []
+    for m in record["models"]:
+        for method, r in m["methods"].items():
+            seconds = r["seconds_per_sentence"]
+            rows.append([m["label"], method, cell(r["deletion"]), cell(r["insertion"]),
+                         "–" if seconds is None else f"{seconds:.3f}"])
+    k = record["settings"]["max_words"]
+    notes = [f"{m['label']}: {m['sentences_used']} of {m['sentences_translated']} sentences (non-empty greedy "
+             f"output, more than {k} source words)" for m in record["models"]]
+    return "\n".join([markdown_table(header, rows), "", f"AOPC over the top k = 1..{k} words; ± one standard "
+                      "error over sentences; larger is better.", *notes]) + "\n"
+
+
+def faithfulness_plot(record: dict, path: Path) -> list[Path]:
+    """Deletion and insertion AOPC per method (groups), one bar per model and curve."""
+    from seq2seq.analysis.plotting import plot_grouped_bars
+
+    methods = record["settings"]["methods"]
+    series = {f"{m['label']} {curve}": [m["methods"][method][curve]["aopc"] for method in methods]
+              for m in record["models"] for curve in CURVES}
+    return plot_grouped_bars(methods, series, "method", "AOPC (nats, larger is better)", path,
+                             title=f"Faithfulness: top 1..{record['settings']['max_words']} source words")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python benchmarks/bench_faithfulness.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", required=True, help="checkpoint (.pt or run directory)")
+    p.add_argument("--checkpoint", required=True, nargs="+", metavar="CHECKPOINT",
+                   help="one or more checkpoints (.pt or run directory), each benchmarked on its own, e.g. "
+                        "an RNN and a Transformer")
     p.add_argument("--source", required=True, help="source sentences, one per line (empty lines skipped)")
     p.add_argument("--sentences", type=int, default=100, help="first N non-empty lines (default: 100)")
-    p.add_argument("--top-k", type=int, nargs="+", default=[1, 2, 3], help="tokens removed (default: 1 2 3)")
-    p.add_argument("--methods", nargs="+", choices=METHODS, default=["attention", "gradient", "occlusion", "random"],
-                   help="importance methods (default: attention gradient occlusion random)")
-    p.add_argument("--align-layer", default="-2", help="attention layer or 'all' (default: -2)")
+    p.add_argument("--max-words", type=int, default=4,
+                   help="K: the curves delete / insert the top k = 1..K source words; sentences with more than K "
+                        "words count (default: 4)")
+    p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS),
+                   help="importance methods (default: all)")
+    p.add_argument("--align-layer", default="-2",
+                   help="attention and grad-attention layer, or 'all' (default: -2)")
     p.add_argument("--align-heads", default="mean", help="'mean' or comma-separated head indices (default: mean)")
     p.add_argument("--ig-steps", type=int, default=16, help="integrated-gradients steps (default: 16)")
+    p.add_argument("--attribution-samples", type=int, default=DEFAULT_SAMPLES,
+                   help=f"lime and kernel-shap samples per sentence (default: {DEFAULT_SAMPLES})")
+    p.add_argument("--attribution-seed", type=int, default=0, help="lime and kernel-shap seed (default: 0)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random baseline (default: 0)")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default: 32)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
-    p.add_argument("--out", default="bench-results/faithfulness.json",
-                   help="JSON record (a .md table is written beside it) (default: bench-results/faithfulness.json)")
+    p.add_argument("--out", default="bench-results/faithfulness-aopc.json",
+                   help="JSON record; the .md table and .png plot are written beside it "
+                        "(default: bench-results/faithfulness-aopc.json)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
-    if args.sentences < 1 or any(k < 1 for k in args.top_k):
-        raise UserError("--sentences and every --top-k must be positive integers")
-    if Path(args.out).suffix == ".md":
-        raise UserError(f"--out {args.out}: give the JSON path; the .md table is written beside it")
-    args.top_k = sorted(set(args.top_k))
+    if args.sentences < 1 or args.max_words < 1:
+        raise UserError("--sentences and --max-words must be positive integers")
+    if Path(args.out).suffix in (".md", ".png"):
+        raise UserError(f"--out {args.out}: give the JSON path; the .md table and .png plot are written beside it")
     args.methods = list(dict.fromkeys(args.methods))
     return args
 
@@ -180,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     from common import write_record
 
     write_record(args.out, record, table)
+    faithfulness_plot(record, Path(args.out).with_suffix(".png"))
     print(table)
     return 0
 

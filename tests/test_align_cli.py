@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-import bench_faithfulness
 from seq2seq.cli import align
 from seq2seq.analysis.alignment import alignment_error_rate, merge_to_words, parse_pharaoh, read_pharaoh_file
 from seq2seq.config import ModelConfig, RunConfig
@@ -188,19 +187,3 @@ def test_align_command_errors(checkpoint, gold_files, tmp_path, capsys):
     code = align.main(["--checkpoint", str(checkpoint), "--source", str(gold_files["src"]),
                        "--target", str(gold_files["tgt"]), "--gold", str(bad)])
     assert code == 2 and "line 2" in capsys.readouterr().err
-
-
-def test_faithfulness_benchmark_record(checkpoint, tmp_path, capsys):
-    src = tmp_path / "src.txt"
-    src.write_text("twenty-one\nthree hundred and five\n\nseven thousand and twelve\n", encoding="utf-8")
-    out = tmp_path / "bench" / "faith.json"
-    assert bench_faithfulness.main(["--checkpoint", str(checkpoint), "--source", str(src), "--sentences", "3",
-                                    "--top-k", "1", "2", "--out", str(out), "--quiet", "--device", "cpu"]) == 0
-    record = json.loads(out.read_text(encoding="utf-8"))
-    assert record["settings"]["sentences_read"] == 3 and record["settings"]["top_k"] == [1, 2]
-    assert set(record["results"]) == {"attention", "gradient", "occlusion", "random"}
-    assert {"torch", "seq2seq"} <= record["machine"]["versions"].keys() and "platform" in record["machine"]
-    for by_k in record["results"].values():
-        for summary in by_k.values():
-            assert summary["sentences"] == 0 or np.isfinite(summary["mean_drop"])
-    assert "| occlusion |" in capsys.readouterr().out and out.with_suffix(".md").is_file()

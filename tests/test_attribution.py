@@ -1,6 +1,10 @@
 """Attribution: layout, gradient x input against finite differences, integrated-gradients
-completeness, an ignored token gets exactly zero, eval mode / autograd from inference code."""
+completeness, an ignored token gets exactly zero, eval mode / autograd from inference code,
+gradient-weighted attention against a step-by-step hand computation, the hand-written gradient
+methods against Captum. LIME and KernelSHAP: tests/test_perturbation.py."""
 from __future__ import annotations
+
+import importlib.util
 
 import numpy as np
 import pytest
@@ -8,12 +12,16 @@ import torch
 from torch import nn
 
 from seq2seq.analysis.alignment import merge_to_words
-from seq2seq.analysis.attribution import Attribution, attribute, gradient_x_input, integrated_gradients, occlusion
-from seq2seq.decoding.scoring import teacher_force
+from seq2seq.analysis.attribution import (METHODS, Attribution, attribute, grad_weighted_attention, gradient_x_input,
+                                          integrated_gradients, occlusion)
+from seq2seq.decoding.scoring import eval_mode, teacher_force
 from seq2seq.config import ModelConfig
+from seq2seq.errors import UserError
 from seq2seq.models import build_model
+from seq2seq.nn.attention import RecurrentAttention
 
 PAD, BOS, EOS = 0, 2, 3
+CAPTUM = importlib.util.find_spec("captum") is not None  # LIME and KernelSHAP need it (the explain extra)
 SRC = [5, 6, 7, 8, 9, EOS]  # S = 5 tokens + EOS
 TGT = [4, 10, 11, 6]  # T = 4 tokens (+ EOS row)
 ARCHS = {
@@ -55,11 +63,13 @@ def log_prob(model, src_ids, t: int, edit=None) -> float:
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_layout_matches_attention_and_rows_normalize(arch):
     model = make(arch)
-    for method in ("gradient", "integrated-gradients", "occlusion"):
-        a = attribute(model, SRC, TGT, method, steps=4)
+    for method in METHODS if CAPTUM else [m for m in METHODS if m not in ("lime", "kernel-shap")]:
+        a = attribute(model, SRC, TGT, method, steps=4, samples=24)
         assert a.raw.shape == a.scores.shape == (len(TGT) + 1, len(SRC))  # (T+1, S+1) like attention
         assert (a.scores >= 0).all() and np.isfinite(a.raw).all()
-        np.testing.assert_allclose(a.matrix.sum(-1), 1.0, rtol=1e-6)
+        sums = a.matrix.sum(-1)  # 1, or 0 where no column has a positive score (LIME can say that)
+        assert np.allclose(sums, 1.0, rtol=1e-6) if method in ("gradient", "integrated-gradients") else \
+            np.all(np.isclose(sums, 1.0, rtol=1e-6) | (sums == 0)), (method, sums)
     occ = occlusion(model, SRC, TGT)
     assert (occ.raw[:, -1] == 0).all()  # EOS is never removed
     np.testing.assert_array_equal(occ.scores, np.maximum(occ.raw, 0))
@@ -158,21 +168,134 @@ def test_record_and_json_entry():
     entry = a.to_json(record)
     assert entry["raw_shape"] == [5, 6] and entry["method"] == "occlusion"
     assert {"word_matrix", "subword_matrix", "pharaoh_word", "raw_matrix"} <= entry.keys()
-    with pytest.raises(Exception, match="unknown attribution method"):
+    with pytest.raises(UserError, match="unknown attribution method 'saliency'; choose from") as error:
         attribute(model, SRC, TGT, "saliency")
+    assert all(method in str(error.value) for method in METHODS)
     assert isinstance(a, Attribution)
+    grad = attribute(model, SRC, TGT, "grad-attention", layer="all", heads=[1])
+    entry = grad.to_json(grad.record(0, "ab c d e", "xy z w", src_pieces, tgt_pieces))
+    assert (entry["layer"], entry["heads"], entry["normalization"]) == ("all", [1], "rows of raw")
+
+
+def test_translate_offers_every_method():
+    """translate.py spells the method names out (parsing flags imports no torch): the same list."""
+    from seq2seq.cli.translate import ATTRIBUTION_METHODS, parse_args
+
+    assert ATTRIBUTION_METHODS == METHODS
+    args = parse_args(["--checkpoint", "C", "--attribution", *METHODS])
+    assert args.attribution == list(METHODS) and args.attribution_samples >= 2 * (len(SRC) + 1)
 
 
 def test_int8_models_get_occlusion_and_a_clear_error_for_gradients():
     """An int8 model (translate.py --precision int8) has no gradients: occlusion still works, the
     gradient methods say so instead of failing inside autograd."""
-    from seq2seq.errors import UserError
     from seq2seq.decoding.quantize import quantize_for_decoding
 
     model = make("transformer")
     int8 = quantize_for_decoding(model)
     reference, quantized = occlusion(model, SRC, TGT).raw, occlusion(int8, SRC, TGT).raw
     assert quantized.shape == reference.shape and np.corrcoef(quantized.ravel(), reference.ravel())[0, 1] > 0.95
-    for method in ("gradient", "integrated-gradients"):
+    for method in ("gradient", "integrated-gradients", "grad-attention"):
         with pytest.raises(UserError, match=f"'{method}' differentiates the model.*occlusion"):
             attribute(int8, SRC, TGT, method)
+
+
+# ----------------------------------------------------------------------------- gradient-weighted attention
+
+
+def hand_grad_attention(model, src_ids, t: int) -> np.ndarray:
+    """(L, H, S) max(0, A * df_t/dA) of step t, from one unbatched forward pass: the attention
+    modules' weights caught by hooks (the RNN's one per step), f_t differentiated alone."""
+    src = torch.tensor([src_ids])
+    caught = []
+    if hasattr(model, "decoder") and isinstance(getattr(model.decoder, "attention", None), RecurrentAttention):
+        modules = [model.decoder.attention]
+    else:
+        modules = [layer.cross_attn for layer in model.decoder]
+    handles = [m.register_forward_hook(lambda mod, args, out: caught.append(out[1])) for m in modules]
+    try:
+        with eval_mode(model, grad=True):
+            logits, _ = model(src, src != PAD, torch.tensor([[BOS, *TGT]]), need_attention=True)
+            f = logits.log_softmax(-1)[0, t, (TGT + [EOS])[t]]
+            grads = torch.autograd.grad(f, caught)
+    finally:
+        for h in handles:
+            h.remove()
+    if caught[0].dim() == 2:  # RNN, one call per step: step t's weights (1, S)
+        return (caught[t] * grads[t]).clamp(min=0)[0][None, None].detach().numpy()
+    if caught[0].dim() == 3:  # RNN, all steps at once (1, T, S)
+        return (caught[0] * grads[0]).clamp(min=0)[0, t][None, None].detach().numpy()
+    return torch.stack([(a * g).clamp(min=0)[0, :, t] for a, g in zip(caught, grads)]).detach().numpy()  # (L, H, S)
+
+
+@pytest.mark.parametrize("arch, extra", [("bahdanau", {}), ("luong", {"input_feeding": False}),
+                                         ("transformer", {})])
+def test_grad_attention_is_attention_times_its_gradient(arch, extra):
+    """Row t = mean over heads of max(0, A * df_t/dA) at step t, per layer and for 'all', equal
+    to the hand computation above (unbatched, one target token at a time)."""
+    model = make(arch, **extra)
+    hand = np.stack([hand_grad_attention(model, SRC, t) for t in range(len(TGT) + 1)], axis=2)  # (L, H, T+1, S)
+    assert hand.max() > 1e-4  # not vacuous
+    for layer in range(hand.shape[0]):
+        got = grad_weighted_attention(model, SRC, TGT, layer=layer).raw
+        np.testing.assert_allclose(got, hand[layer].mean(0), rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(grad_weighted_attention(model, SRC, TGT, layer="all").raw, hand.mean((0, 1)),
+                               rtol=1e-4, atol=1e-7)
+    if hand.shape[1] > 1:
+        np.testing.assert_allclose(grad_weighted_attention(model, SRC, TGT, layer=0, heads=[1]).raw, hand[0, 1],
+                                   rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("arch", ["bahdanau", "transformer"])
+def test_grad_attention_is_non_negative_and_zero_where_attention_is_zero(arch):
+    """A masked source position (PAD id inside the sentence) gets attention exactly 0 in every
+    layer and head, so its gradient-weighted attention is exactly 0 too."""
+    model = make(arch)
+    masked = [5, 6, PAD, 7, EOS]
+    a = grad_weighted_attention(model, masked, TGT, layer="all")
+    src = torch.tensor([masked])
+    with torch.no_grad():
+        _, attention = model(src, src != PAD, torch.tensor([[BOS, *TGT]]), need_attention=True)  # (1, L, H, T+1, S+1)
+    assert (attention[..., 2] == 0).all() and (a.raw[:, 2] == 0).all()
+    assert (a.raw >= 0).all() and a.raw[:, [0, 1, 3]].max() > 0
+    np.testing.assert_array_equal(a.scores, a.raw)
+
+
+# ----------------------------------------------------------------------------- Captum cross-check
+
+
+@pytest.mark.parametrize("arch", ["bahdanau", "transformer"])
+def test_hand_written_gradients_equal_captums(arch):
+    """Integrated gradients = Captum's LayerIntegratedGradients on the source embedding (midpoint
+    rule, baseline: PAD ids, whose embedding row is zero) and gradient x input = Captum's
+    InputXGradient on the source embedding output. LayerIntegratedGradients hooks a module, so the
+    model gets a source embedding of its own (a shared table would scale the target side too)."""
+    captum = pytest.importorskip("captum.attr")
+    from seq2seq.analysis.attribution import _replace_source_embedding
+    from seq2seq.decoding.scoring import pad_ids, target_tensors
+
+    model = make(arch, share_source_embeddings=False)
+    embedding = model.embed_src if arch != "transformer" else model.src_embed.tokens
+    rows = len(TGT) + 1
+    src = pad_ids([SRC] * rows)  # copy t explains target position t (target=list(range(rows)))
+    tgt_in, tgt_out = target_tensors([TGT] * rows, "cpu")
+
+    def log_probs(src_ids, tgt_in, tgt_out):  # (B, T+1): f_t of every target position
+        logits, _ = model(src_ids, src_ids != PAD, tgt_in)
+        return logits.log_softmax(-1).gather(2, tgt_out.unsqueeze(2)).squeeze(2)
+
+    def with_embedding(e, src_ids, tgt_in, tgt_out):
+        with _replace_source_embedding(model, src_ids, lambda out: e):
+            return log_probs(src_ids, tgt_in, tgt_out)
+
+    with eval_mode(model, grad=True):
+        ig = captum.LayerIntegratedGradients(log_probs, embedding).attribute(
+            src, baselines=torch.full_like(src, PAD), target=list(range(rows)),
+            additional_forward_args=(tgt_in, tgt_out), n_steps=8, method="riemann_middle")
+        e = embedding(src).detach().requires_grad_(True)
+        gxi = captum.InputXGradient(with_embedding).attribute(e, target=list(range(rows)),
+                                                              additional_forward_args=(src, tgt_in, tgt_out))
+    ours_ig, ours_gxi = integrated_gradients(model, SRC, TGT, steps=8).raw, gradient_x_input(model, SRC, TGT).raw
+    np.testing.assert_allclose(ours_ig, ig.detach().sum(-1).double().numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(ours_gxi, gxi.detach().sum(-1).double().numpy(), rtol=1e-4, atol=1e-6)
+    assert np.abs(ours_ig).max() > 1e-3

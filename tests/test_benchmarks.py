@@ -124,3 +124,19 @@ def test_gpu_smoke_refuses_to_run_without_a_gpu_and_tabulates_a_record(tmp_path,
     table = gpu_smoke.smoke_table(record)
     assert "| train rnn fp32 | ok | 70.0 | 90000 | 30.50 |" in table and "| int8 refused on cuda | FAILED |" in table
     assert "| greedy | 900.0 | 30.00 | 99.8% |" in table and "(CPU)" in table
+
+
+def test_ctranslate2_benchmark_decodes_with_both_engines_in_every_mode(data, tmp_path):
+    pytest.importorskip("ctranslate2")
+    run_dir = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "seq2seq", "train", "--data-dir", str(data), "--src", "en", "--tgt", "de",
+                    "--test-split", "test", "--vocab-size", "60", "--device", "cpu", "--quiet", "--no-final-test",
+                    "--output-dir", str(run_dir), *TINY_MODEL], check=True, cwd=tmp_path, capture_output=True)
+    out = tmp_path / "ct2.json"
+    script("bench_ctranslate2.py", "--checkpoint", str(run_dir), "--data-dir", str(data), "--src", "en", "--tgt",
+           "de", "--test-split", "test", "--batch1-sentences", "2", "--threads", "1", "--out", str(out), cwd=tmp_path)
+    record = check_record(out, "ctranslate2")
+    rows = {(r["mode"], r["engine"], r["precision"]): r for r in record["results"]}
+    assert len(rows) == 16 and rows[("greedy, batch 1", "ours", "fp32")]["sentences"] == 2
+    assert rows[("beam 5", "ours", "fp32")]["identical_to_ours_fp32"] == 1.0
+    assert "| beam 5 | int8 | ctranslate2 |" in (tmp_path / "ct2.md").read_text()

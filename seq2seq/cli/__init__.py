@@ -18,6 +18,7 @@ COMMANDS = {
     "compare": "side-by-side report of several trained systems on one test set",
     "shortlist": "build a run's lexical shortlist for translate --shortlist",
     "average": "average the weights of several checkpoints of one run",
+    "serve": "an HTTP JSON API over a checkpoint, batching concurrent requests (needs the serve extra)",
     "analyze": "attention statistics per layer and head, head importance and pruning over a corpus",
     "view": "interactive HTML viewer of an alignments export (attention, attribution, layers, heads)",
     "export": "write a model as safetensors or for CTranslate2",

@@ -1,0 +1,107 @@
+"""``seq2seq serve``: an HTTP JSON API over a trained checkpoint (needs the serve extra:
+pip install 'seq2seq[serve]'). Concurrent requests are translated together (dynamic batching).
+
+    seq2seq serve --checkpoint RUN                       # http://127.0.0.1:8000, docs at /docs
+    curl -s localhost:8000/translate -H 'Content-Type: application/json' \\
+         -d '{"sentences": ["Ein Hund rennt."], "n_best": 2, "alignments": true}'
+    seq2seq serve --checkpoint RUN --host 0.0.0.0 --port 8080 --max-batch-sentences 32 --max-wait-ms 5
+
+SIGINT / SIGTERM stop it gracefully: no new connections, the requests in flight are answered, exit 0.
+API, limits and the load test: docs/guides/serving.md.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..config import DEFAULT_BEAM_SIZE, DecodeConfig, check_decoding
+from ..errors import UserError
+from .common import (add_alignment_flags, add_dataclass_flags, add_device_flag, check_alignment_flags, parser_for,
+                     run_cli)
+
+MISSING_EXTRA = "seq2seq serve needs the serve extra: pip install 'seq2seq[serve]'"
+
+
+def parse_args(argv: list[str] | None):
+    from ..serve.settings import Limits
+
+    p = parser_for("serve", __doc__)
+    p.add_argument("--checkpoint", required=True, nargs="+", action="extend", metavar="CHECKPOINT",
+                   help="a .pt checkpoint or a run directory (uses best.pt); several: their ensemble "
+                        "(as seq2seq translate --checkpoint)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default: 127.0.0.1, this machine only; 0.0.0.0: every interface)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000; 0: any free port, logged)")
+    add_device_flag(p)
+    p.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "int8"],
+                   help="decoding precision, as seq2seq translate --precision (default: fp32); with int8 a "
+                        "translation can depend on the sentences batched with it")
+    p.add_argument("--shortlist", nargs="?", const="auto", default=None, metavar="FILE",
+                   help="decode over a lexical shortlist, as seq2seq translate --shortlist (no FILE: the run's)")
+    p.add_argument("--shortlist-sizes", nargs=2, type=int, metavar=("K", "N"), default=None,
+                   help="with --shortlist: K translations per source token and the N most frequent target tokens")
+    d = p.add_argument_group("decoding", "Defaults for requests that do not set beam_size / n_best / length_penalty "
+                                         "(the same as seq2seq translate's).")
+    d.add_argument("--beam-size", type=int, default=DecodeConfig.beam_size,
+                   help=f"beam size; 1 = greedy (default: {DEFAULT_BEAM_SIZE})")
+    d.add_argument("--n-best", type=int, default=DecodeConfig.n_best,
+                   help=f"hypotheses per sentence, at most the beam size (default: {DecodeConfig.n_best})")
+    d.add_argument("--length-penalty", type=float, default=DecodeConfig.length_penalty,
+                   help=f"GNMT length penalty alpha; 0 = none (default: {DecodeConfig.length_penalty})")
+    d.add_argument("--max-output-ratio", type=float, default=DecodeConfig.max_output_ratio,
+                   help=f"outputs stop at this ratio x source subwords + 10 (default: {DecodeConfig.max_output_ratio})")
+    d.add_argument("--max-input-tokens", type=int, default=DecodeConfig.max_input_tokens,
+                   help=f"longer inputs are cut to this many subwords, with a warning (default: "
+                        f"{DecodeConfig.max_input_tokens})")
+    add_dataclass_flags(p.add_argument_group("batching and limits"), Limits)
+    a = p.add_argument_group("alignments", 'How attention becomes the alignments of requests with "alignments": true.')
+    add_alignment_flags(a)
+    a.add_argument("--include-eos", action="store_true",
+                   help="keep the source EOS column and target EOS row in alignment matrices and links")
+    p.add_argument("--quiet", action="store_true", help="log warnings only (no request log)")
+    return p.parse_args(argv)
+
+
+def limits_from_args(args):
+    """The ``Limits`` the flags give (unset flags: the defaults), checked."""
+    from ..serve.settings import Limits
+
+    limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits) if hasattr(args, f.name)})
+    limits.validate()
+    return limits
+
+
+@run_cli
+def main(argv: list[str] | None = None) -> int:
+    from ..serve.settings import ServeSettings
+
+    args = parse_args(argv)
+    limits = limits_from_args(args)
+    check_alignment_flags(args)
+    check_decoding(args.beam_size, args.n_best)
+    if args.beam_size is not None and args.beam_size > limits.max_beam_size:
+        raise UserError(f"--beam-size {args.beam_size} is above --max-beam-size {limits.max_beam_size}")
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port must be in 0..65535, got {args.port}")
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise UserError(MISSING_EXTRA) from None
+    from ..decoding.stream import check_layer_heads
+    from ..decoding.translator import Translator
+    from ..serve.server import run_server
+
+    translator = Translator.from_checkpoints(args.checkpoint, device=args.device, precision=args.precision,
+                                             max_input_tokens=args.max_input_tokens, shortlist=args.shortlist)
+    if args.shortlist_sizes is not None:
+        if translator.shortlist is None:
+            raise UserError("--shortlist-sizes needs --shortlist")
+        translator.shortlist = translator.shortlist.with_sizes(*args.shortlist_sizes)
+    layer, heads = check_layer_heads(args.align_layer, args.align_heads, translator.model)
+    settings = ServeSettings(limits=limits, beam_size=args.beam_size, n_best=args.n_best,
+                             length_penalty=args.length_penalty, max_output_ratio=args.max_output_ratio,
+                             align_layer=layer, align_heads=heads, align_method=args.align_method,
+                             align_threshold=args.align_threshold, include_eos=args.include_eos,
+                             precision=args.precision)
+    run_server(translator, settings, args.host, args.port, args.quiet)
+    return 0

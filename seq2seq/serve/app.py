@@ -1,0 +1,176 @@
+"""The FastAPI application of ``seq2seq serve``: ``POST /translate``, ``GET /health`` and the OpenAPI
+description (``/openapi.json``, browsable at ``/docs``).
+
+    app = create_app(Translator.from_checkpoint("RUN"), ServeSettings())
+    uvicorn.run(app)          # or seq2seq.serve.run_server, which also shuts down gracefully
+
+A request is checked (limits, options), queued on the ``Batcher`` and awaited; the event loop only
+validates and waits. The worker thread translates, builds the alignments and serializes the JSON
+answer, so a large answer costs the loop nothing. A request whose client disconnects is cancelled:
+dropped if still queued, its result discarded if already being translated. The API is described in
+docs/guides/serving.md.
+"""
+from __future__ import annotations
+
+import asyncio
+from contextlib import asynccontextmanager
+from dataclasses import asdict
+from functools import partial
+
+from fastapi import FastAPI, HTTPException, Request, Response
+
+from .. import __version__
+from ..config import check_decoding
+from ..decoding.translator import Translation, Translator
+from ..errors import UserError
+from ..runtime import LOGGER
+from .batcher import Batcher, BatcherClosed, QueueFull
+from .http import BodyLimit, install_error_handlers, json_bytes
+from .schemas import (DecodeOptions, ErrorBody, Health, TranslateRequest, TranslateResponse, sentence_json)
+from .settings import Limits, ServeSettings
+
+ERRORS = {code: {"model": ErrorBody, "description": text} for code, text in (
+    (400, "the body is not valid JSON"), (413, "too many sentences, a sentence too long or a body too large"),
+    (422, "a field of the wrong type, an empty list or bad decoding options"),
+    (429, "the queue is full: retry after Retry-After seconds"), (500, "the model call failed"),
+    (503, "the server is shutting down"), (504, "no answer within --request-timeout"))}
+
+
+def create_app(translator: Translator, settings: ServeSettings | None = None) -> FastAPI:
+    """The app serving ``translator``; its batcher (``app.state.batcher``) runs the model in one
+    worker thread, started with the app (or by the first request) and drained when the app stops."""
+    settings = settings or ServeSettings()
+    limits = settings.limits
+    batcher = Batcher(partial(translate_batch, translator, settings), limits.max_batch_sentences,
+                      limits.max_wait_ms / 1000, limits.max_queue_sentences)
+    arch = describe_arch(translator.model)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        batcher.start()
+        yield
+        await asyncio.to_thread(batcher.close)  # uvicorn has let the requests in flight finish
+
+    app = FastAPI(title="seq2seq translation API", version=__version__, lifespan=lifespan,
+                  description="Neural machine translation with a seq2seq checkpoint; concurrent requests are "
+                              "translated together (dynamic batching). See docs/guides/serving.md.")
+    app.state.batcher, app.state.settings = batcher, settings
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    install_error_handlers(app)
+
+    @app.post("/translate", response_model=TranslateResponse, responses=ERRORS)
+    async def translate(body: TranslateRequest, request: Request) -> Response:
+        """Translate ``sentences``; per sentence the best translation, its score and the rest of the
+        n-best list, with word alignments and attention when asked for."""
+        check_sentences(body.sentences, limits)
+        finish = partial(response_bytes, settings=settings, alignments=body.alignments, attention=body.attention)
+        try:
+            future = batcher.submit(body.sentences, decode_options(body, settings), finish)
+        except QueueFull as exc:
+            raise HTTPException(429, f"the server is busy: {exc} (--max-queue-sentences); retry after "
+                                     "Retry-After seconds", headers={"Retry-After": "1"}) from None
+        except BatcherClosed:
+            raise HTTPException(503, "the server is shutting down; send the request to another instance") from None
+        content = await wait_for(future, request, limits.request_timeout)
+        return Response(content, media_type="application/json", status_code=200 if content else 499)
+
+    @app.get("/health", response_model=Health)
+    async def health() -> Health:
+        """The model, where it runs, the queue, and how requests were batched so far."""
+        jobs, sentences = batcher.queued
+        stats = batcher.stats
+        return Health(status="stopping" if batcher.closing else "ok", model=translator.checkpoints, arch=arch,
+                      device=str(translator.device), precision=settings.precision, queue_requests=jobs,
+                      queue_sentences=sentences, in_flight_sentences=batcher.in_flight,
+                      model_calls=stats.model_calls, sentences_translated=stats.items,
+                      requests_translated=stats.jobs, requests_dropped=stats.dropped_jobs,
+                      largest_batch=stats.largest_batch, limits=asdict(limits))
+
+    return app
+
+
+def decode_options(body: TranslateRequest, settings: ServeSettings) -> DecodeOptions:
+    """The request's options over the server's defaults, checked as ``seq2seq translate`` checks them (422)."""
+    beam = settings.beam_size if body.beam_size is None else body.beam_size
+    n_best = settings.n_best if body.n_best is None else body.n_best
+    try:
+        beam = check_decoding(beam, n_best)
+    except UserError as exc:
+        raise HTTPException(422, str(exc).replace("--n-best", "n_best").replace("--beam-size", "beam_size")) from None
+    if beam > settings.limits.max_beam_size:
+        raise HTTPException(422, f"beam_size {beam} is above this server's limit of {settings.limits.max_beam_size} "
+                                 "(--max-beam-size); ask for a smaller beam")
+    penalty = settings.length_penalty if body.length_penalty is None else body.length_penalty
+    return DecodeOptions(beam, n_best, penalty, need_attention=body.alignments or body.attention)
+
+
+def check_sentences(sentences: list[str], limits: Limits) -> None:
+    """413 for too many sentences or a sentence too long, naming the limit and its flag; 422 for a
+    string that is not text (a lone surrogate escape, which JSON allows and the tokenizer cannot take)."""
+    if len(sentences) > limits.max_request_sentences:
+        raise HTTPException(413, f"{len(sentences)} sentences in one request; this server takes at most "
+                                 f"{limits.max_request_sentences} (--max-request-sentences): split the request")
+    for index, sentence in enumerate(sentences):
+        if len(sentence) > limits.max_sentence_chars:
+            raise HTTPException(413, f"sentence {index} has {len(sentence)} characters; this server takes at most "
+                                     f"{limits.max_sentence_chars} (--max-sentence-chars): split it")
+        try:
+            sentence.encode("utf-8")
+        except UnicodeEncodeError:
+            raise HTTPException(422, f"sentence {index} is not valid Unicode text (a lone surrogate such as "
+                                     "\\ud800); send UTF-8 text") from None
+
+
+def translate_batch(translator: Translator, settings: ServeSettings, sentences: list[str],
+                    options: DecodeOptions) -> list[Translation]:
+    """The one model call of a batch (in the worker thread)."""
+    return translator.translate(sentences, beam_size=options.beam_size, length_penalty=options.length_penalty,
+                                n_best=options.n_best, max_output_ratio=settings.max_output_ratio,
+                                need_attention=options.need_attention)
+
+
+def response_bytes(translations: list[Translation], settings: ServeSettings, alignments: bool,
+                   attention: bool) -> bytes:
+    """One request's ``TranslateResponse`` as JSON (in the worker thread)."""
+    return json_bytes({"translations": [sentence_json(t, i, settings, alignments, attention)
+                                        for i, t in enumerate(translations)]})
+
+
+async def wait_for(future, request: Request, timeout: float) -> bytes:
+    """The job's answer; 504 after ``timeout`` seconds; b"" when the client went away first. Either
+    way the job is cancelled, so the worker drops it if it has not started it."""
+    result = asyncio.wrap_future(future)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait({result, gone}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not result.done():
+            result.cancel()
+    if result in done:
+        try:
+            return result.result()
+        except Exception as exc:
+            LOGGER.error(f"serve error=translation_failed exception={type(exc).__name__}: {exc}")
+            raise HTTPException(500, f"translation failed: {type(exc).__name__}: {exc}") from None
+    if gone in done:
+        return b""
+    raise HTTPException(504, f"no translation within {timeout:g} s (--request-timeout): the server is overloaded; "
+                             "retry later or send fewer sentences")
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has disconnected (the body has been read: the next ASGI message is that)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def describe_arch(model) -> str:
+    """'transformer', 'rnn (bahdanau)', or 'ensemble: rnn (bahdanau) + transformer'."""
+    members = getattr(model, "members", None)
+    if members is not None:
+        return "ensemble: " + " + ".join(describe_arch(member) for member in members)
+    cfg = getattr(model, "cfg", None)
+    if cfg is None:
+        return type(model).__name__
+    return f"rnn ({cfg.attention})" if cfg.arch == "rnn" else cfg.arch

@@ -1,0 +1,144 @@
+"""The HTTP API's JSON, as pydantic models (they are the OpenAPI description at ``/openapi.json``),
+and the conversion of a ``Translation`` into it.
+
+Alignments are the ones ``seq2seq translate --alignments`` exports (``Translation.alignment_record``:
+word merge, Pharaoh links, read as the server's ``--align-*`` flags say); attention is the raw
+``(layers, heads, target pieces + EOS, source pieces + EOS)`` array (docs/formats.md)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from ..decoding.translator import Translation
+    from .settings import ServeSettings
+
+
+class TranslateRequest(BaseModel):
+    """Sentences to translate and, optionally, how: unset options take the server's defaults."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [
+        {"sentences": ["Ein Hund rennt über die Wiese."], "beam_size": 5, "n_best": 2, "alignments": True}]})
+
+    sentences: list[str] = Field(min_length=1, description="one sentence per string (at most the server's "
+                                                           "--max-request-sentences, each --max-sentence-chars)")
+    beam_size: int | None = Field(None, ge=1, description="beam size; 1 = greedy (default: the server's --beam-size)")
+    n_best: int | None = Field(None, ge=1, description="hypotheses per sentence, at most beam_size")
+    length_penalty: float | None = Field(None, allow_inf_nan=False, description="GNMT length penalty alpha (0 = none)")
+    alignments: bool = Field(False, description="add word alignments (Pharaoh links, word-level matrix)")
+    attention: bool = Field(False, description="add the raw attention array (layers, heads, target, source)")
+
+
+class Alignment(BaseModel):
+    """One hypothesis's attention read as an alignment (the JSONL record of ``seq2seq translate --alignments``)."""
+
+    src_pieces: list[str]
+    tgt_pieces: list[str]
+    src_words: list[str]
+    tgt_words: list[str]
+    word_matrix: list[list[float]] = Field(description="(target words, source words) attention, rows sum to ~1")
+    pharaoh_word: str = Field(description="hard links 'i-j' (source word i, target word j), 0-based")
+    pharaoh_subword: str
+    layer_used: int | str
+    heads: str | list[int]
+    method: str
+
+
+class Attention(BaseModel):
+    """The raw attention weights, padding trimmed; rows end with the target EOS, columns with the source EOS."""
+
+    shape: list[int] = Field(description="[layers, heads, len(tgt_pieces), len(src_pieces)]")
+    src_pieces: list[str]
+    tgt_pieces: list[str]
+    weights: list = Field(description="nested lists of that shape, rounded to 4 decimals")
+
+
+class Hypothesis(BaseModel):
+    translation: str
+    score: float = Field(description="length-penalised log-probability (the ranking score)")
+    log_prob: float
+    alignment: Alignment | None = Field(None, description="when asked for (null for an empty input)")
+    attention: Attention | None = Field(None, description="when asked for (null for an empty input)")
+
+
+class SentenceResult(Hypothesis):
+    source: str
+    alternatives: list[Hypothesis] = Field(description="the rest of the n-best list, next best first")
+
+
+class TranslateResponse(BaseModel):
+    translations: list[SentenceResult] = Field(description="one per input sentence, in input order")
+
+
+class Health(BaseModel):
+    status: str = Field(description="'ok', or 'stopping' during shutdown")
+    model: list[str] = Field(description="the checkpoint(s); several: an ensemble")
+    arch: str
+    device: str
+    precision: str
+    queue_requests: int
+    queue_sentences: int
+    in_flight_sentences: int = Field(description="sentences in the model call under way")
+    model_calls: int
+    sentences_translated: int
+    requests_translated: int
+    requests_dropped: int = Field(description="cancelled (timed out or disconnected) before being translated")
+    largest_batch: int
+    limits: dict[str, int | float] = Field(description="the server's batching and limit flags")
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="what went wrong and how to fix it")
+    status: int
+    details: list[dict[str, Any]] | None = Field(None, description="validation errors: location, message, type")
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """What a model call needs; requests are batched together only when these are equal."""
+
+    beam_size: int
+    n_best: int
+    length_penalty: float
+    need_attention: bool
+
+
+def hypothesis_json(translation: Translation, index: int, settings: ServeSettings, alignments: bool,
+                    attention: bool) -> dict[str, Any]:
+    """One hypothesis as a ``Hypothesis`` dict (built in the worker thread, off the event loop)."""
+    out: dict[str, Any] = {"translation": translation.text, "score": translation.score,
+                           "log_prob": translation.log_prob}
+    has_attention = translation.attention is not None
+    if alignments:
+        out["alignment"] = _alignment(translation, index, settings) if has_attention else None
+    if attention:
+        out["attention"] = _attention(translation) if has_attention else None
+    return out
+
+
+def sentence_json(translation: Translation, index: int, settings: ServeSettings, alignments: bool,
+                  attention: bool) -> dict[str, Any]:
+    """One input's ``SentenceResult`` dict: the best hypothesis and the rest of the n-best list."""
+    rest = translation.alternatives[1:]
+    return {"source": translation.source,
+            **hypothesis_json(translation, index, settings, alignments, attention),
+            "alternatives": [hypothesis_json(t, index, settings, alignments, attention) for t in rest]}
+
+
+def _alignment(translation: Translation, index: int, settings: ServeSettings) -> dict[str, Any]:
+    record = translation.alignment_record(index, settings.align_layer, settings.align_heads, settings.include_eos,
+                                          settings.align_method, settings.align_threshold).to_json()
+    keys = ("src_pieces", "tgt_pieces", "src_words", "tgt_words", "word_matrix", "pharaoh_word", "pharaoh_subword",
+            "heads", "method")
+    layer = record["layer_used"]
+    return {**{key: record[key] for key in keys}, "layer_used": layer if isinstance(layer, str) else int(layer)}
+
+
+def _attention(translation: Translation) -> dict[str, Any]:
+    from ..analysis.alignment import rounded
+
+    weights = translation.attention  # (layers, heads, tgt pieces + EOS, src pieces + EOS)
+    return {"shape": list(weights.shape), "src_pieces": translation.src_pieces, "tgt_pieces": translation.tgt_pieces,
+            "weights": rounded(weights)}

@@ -1,0 +1,69 @@
+"""Run the app under uvicorn, with a graceful shutdown.
+
+On SIGINT or SIGTERM uvicorn stops accepting connections and waits for the requests in flight
+(queued or being translated) to be answered, at most ``--request-timeout`` + 10 s; then the app's
+shutdown drains the batcher and the process exits normally (``run_server`` returns). The socket is
+bound here, before uvicorn starts, so an address in use is a named error and ``--port 0`` (any
+free port) can be logged with the port it got.
+"""
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+
+from ..decoding.translator import Translator
+from ..errors import UserError
+from ..runtime import log
+from .app import create_app, describe_arch
+from .settings import ServeSettings
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (0: a free port); UserError naming the flags if impossible."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as exc:
+        raise UserError(f"--host {host}: not an address of this machine ({exc.strerror})") from None
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"--host {host} --port {port}: cannot listen there ({exc.strerror}); choose another --port "
+                        "(0 = any free port) or stop the process using it") from None
+    sock.listen(2048)
+    return sock
+
+
+def run_server(translator: Translator, settings: ServeSettings, host: str = "127.0.0.1", port: int = 8000,
+               quiet: bool = False) -> None:
+    """Serve ``translator`` over HTTP until SIGINT / SIGTERM, then finish the requests in flight and return."""
+    import uvicorn
+
+    sock = bind_socket(host, port)
+    port = sock.getsockname()[1]
+    app = create_app(translator, settings)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning" if quiet else "info", access_log=not quiet,
+                            timeout_graceful_shutdown=int(settings.limits.request_timeout) + 10, lifespan="on")
+    server = uvicorn.Server(config)
+    url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    log("serve", url=url, arch=describe_arch(translator.model).replace(" ", ""), device=translator.device,
+        max_batch_sentences=settings.limits.max_batch_sentences, max_wait_ms=settings.limits.max_wait_ms)
+    signals: list[int] = []
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn re-raises the signal that stopped it once it is done; with these handlers that is a
+        # no-op, so a graceful stop returns here (exit 0) instead of dying by the signal.
+        previous = {sig: signal.signal(sig, lambda number, frame: signals.append(number))
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.run(sockets=[sock])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        sock.close()
+    stats = app.state.batcher.stats
+    log("serve_stopped", signal=signal.Signals(signals[0]).name if signals else "none", model_calls=stats.model_calls,
+        sentences=stats.items, requests=stats.jobs)
