@@ -140,3 +140,27 @@ def test_ctranslate2_benchmark_decodes_with_both_engines_in_every_mode(data, tmp
     assert len(rows) == 16 and rows[("greedy, batch 1", "ours", "fp32")]["sentences"] == 2
     assert rows[("beam 5", "ours", "fp32")]["identical_to_ours_fp32"] == 1.0
     assert "| beam 5 | int8 | ctranslate2 |" in (tmp_path / "ct2.md").read_text()
+
+
+def test_tune_benchmark_alternates_architectures_and_picks_winners_on_validation(data, tmp_path):
+    from bench_tune import SEARCH
+
+    assert len({len(configs) for configs in SEARCH.values()}) == 1  # equal effort: as many configurations each
+    assert all(configs[0] == ("preset", []) for configs in SEARCH.values())
+    out = tmp_path / "tune.json"
+    tiny = ["--d-model", "32", "--heads", "2", "--ff-size", "64", "--layers", "1", "--embed-dim", "32",
+            "--hidden-size", "32", "--decoder-hidden-size", "32", "--max-steps", "2", "--eval-max-sentences", "4",
+            "--vocab-size", "60"]
+    proc = script("bench_tune.py", "--data-dir", str(data), "--src", "en", "--tgt", "de", "--test-split", "test",
+                  "--minutes", "1", "--configs", "2", "--device", "cpu", "--out", str(out), "--", *tiny,
+                  cwd=tmp_path)
+    record = check_record(out, "tune")
+    assert [(r["arch"], r["name"]) for r in record["results"]] == [
+        ("transformer", "preset"), ("rnn-bahdanau", "preset"), ("transformer", "lr 2e-3"), ("rnn-bahdanau", "lr 2e-3")]
+    assert all(r["val_bleu"] is not None and r["steps"] <= 2 for r in record["results"])
+    assert set(record["winners"]) == {"transformer", "rnn-bahdanau"}
+    assert "| rnn-bahdanau | lr 2e-3 | --lr 2e-3 |" in (tmp_path / "tune.md").read_text()
+    again = script("bench_tune.py", "--data-dir", str(data), "--src", "en", "--tgt", "de", "--test-split", "test",
+                   "--minutes", "1", "--configs", "2", "--device", "cpu", "--out", str(out), "--", *tiny,
+                   cwd=tmp_path)
+    assert "[transformer / preset]" in proc.stderr and "[transformer / preset]" not in again.stderr  # reused
