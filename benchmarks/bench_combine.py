@@ -19,25 +19,19 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from common import ROOT, add_multi30k_flags, provenance, write_record
+from common import ROOT, add_multi30k_flags, provenance, train_preset, write_record
 from seq2seq.io_utils import markdown_table
 
 
 
 def train(system: str, args: argparse.Namespace, run_dir: Path, *extra: str) -> dict:
     """One training process; the run directory's summary."""
-    command = [sys.executable, "-m", "seq2seq", "train", "--preset", system, "--data-dir", str(args.data_dir),
-               "--src", args.src, "--tgt", args.tgt, "--eval-every", str(args.eval_every), "--max-steps",
-               str(args.steps), "--max-minutes", str(args.minutes), "--seed", str(args.seed), "--device",
-               args.device, "--output-dir", str(run_dir), "--quiet", "--no-final-test", *extra, *args.extra]
-    print(f"[{system}] {' '.join(command)}", file=sys.stderr, flush=True)
-    subprocess.run(command, check=True, cwd=ROOT)
-    return json.loads((run_dir / "summary.json").read_text())
+    return train_preset(system, system, args, run_dir, "--eval-every", str(args.eval_every), "--max-steps",
+                        str(args.steps), "--max-minutes", str(args.minutes), *extra)
 
 
 def train_both(args: argparse.Namespace, runs: Path) -> dict:

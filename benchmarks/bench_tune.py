@@ -24,11 +24,10 @@ import argparse
 import itertools
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-from common import ROOT, add_multi30k_flags, provenance, write_record
+from common import ROOT, add_multi30k_flags, provenance, train_preset, write_record
 from seq2seq.io_utils import markdown_table
 
 #: architecture -> [(name, train flags on top of the preset)]; the first is the preset itself
@@ -57,10 +56,7 @@ def shared_tokenizer(args: argparse.Namespace, runs: Path) -> Path:
     home = runs / "tokenizer"
     if not (home / "spm.model").is_file():
         shutil.rmtree(home, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "seq2seq", "train", "--preset", "transformer", "--data-dir",
-                        str(args.data_dir), "--src", args.src, "--tgt", args.tgt, "--max-steps", "1",
-                        "--eval-every", "0", "--no-final-test", "--quiet", "--device", args.device,
-                        "--output-dir", str(home), *args.extra], check=True, cwd=ROOT)
+        train_preset("tokenizer", "transformer", args, home, "--max-steps", "1", "--eval-every", "0")
     return home
 
 
@@ -72,12 +68,7 @@ def train(arch: str, name: str, flags: list[str], args: argparse.Namespace, runs
         run_dir.mkdir(parents=True)
         for suffix in (".model", ".json"):
             shutil.copy(spm / f"spm{suffix}", run_dir / f"spm{suffix}")
-        command = [sys.executable, "-m", "seq2seq", "train", "--preset", arch, "--data-dir", str(args.data_dir),
-                   "--src", args.src, "--tgt", args.tgt, "--max-minutes", str(args.minutes),
-                   "--seed", str(args.seed), "--device", args.device, "--no-final-test",
-                   "--quiet", "--output-dir", str(run_dir), *flags, *args.extra]
-        print(f"[{arch} / {name}] {' '.join(command)}", file=sys.stderr, flush=True)
-        subprocess.run(command, check=True, cwd=ROOT)
+        train_preset(f"{arch} / {name}", arch, args, run_dir, "--max-minutes", str(args.minutes), *flags)
     summary = json.loads((run_dir / "summary.json").read_text())
     valid = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
              if json.loads(line).get("kind") == "valid"]

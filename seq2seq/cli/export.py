@@ -42,13 +42,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     checkpoint = Path(args.checkpoint)
     payload = load_checkpoint(checkpoint)  # corrupt / unknown version: a UserError before OUT is touched
-    source = f"checkpoint {checkpoint}"
-    if args.format == "ctranslate2":
-        from ..config import RunConfig
-        from ..export.ctranslate2 import check_convertible, require_ctranslate2
-
-        check_convertible(RunConfig.from_dict(payload["config"], source=source).model, source)
-        require_ctranslate2()
     with atomic_directory(args.output, force=args.force) as out:
         if args.format == "safetensors":
             from ..export.safetensors import write_safetensors
@@ -58,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from ..export.ctranslate2 import write_ctranslate2
 
-            write_ctranslate2(payload, out, source, args.quantization)
+            write_ctranslate2(payload, out, f"checkpoint {checkpoint}", args.quantization)
     size = sum(p.stat().st_size for p in Path(args.output).iterdir())
     print(f"export format={args.format} output={args.output} bytes={size}", file=sys.stderr)
     return 0

@@ -49,9 +49,8 @@ def split_aliases(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tenso
     return unique, aliases
 
 
-def write_safetensors(payload: dict[str, Any], out: Path, shortlist: Path | None = None) -> dict[str, int]:
-    """Write the exported files of a loaded checkpoint ``payload`` into the directory ``out``;
-    returns each file's size in bytes."""
+def write_safetensors(payload: dict[str, Any], out: Path, shortlist: Path | None = None) -> None:
+    """Write the exported files of a loaded checkpoint ``payload`` into the directory ``out``."""
     from safetensors.torch import save_file
 
     from ..training.checkpoint import tensor_to_bytes
@@ -70,7 +69,6 @@ def write_safetensors(payload: dict[str, Any], out: Path, shortlist: Path | None
         from ..decoding.shortlist import FILE_NAME
 
         shutil.copyfile(shortlist, out / FILE_NAME)
-    return {p.name: p.stat().st_size for p in sorted(out.iterdir())}
 
 
 def read_safetensors(path: str | Path) -> dict[str, Any]:
