@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import ROOT, add_multi30k_flags, provenance, train_preset, write_record
+from common import ROOT, add_multi30k_flags, copy_tokenizer, provenance, train_preset, write_record
 from seq2seq.io_utils import markdown_table
 
 
@@ -43,9 +43,7 @@ def train_both(args: argparse.Namespace, runs: Path) -> dict:
         train("transformer", args, transformer, "--keep-best", str(args.keep), "--keep-last", str(args.keep))
     if not (rnn / "summary.json").is_file():
         shutil.rmtree(rnn, ignore_errors=True)
-        rnn.mkdir(parents=True)
-        for suffix in (".model", ".json"):  # one tokenizer for both: the ensemble needs it
-            shutil.copy(transformer / f"spm{suffix}", rnn / f"spm{suffix}")
+        copy_tokenizer(transformer, rnn)  # one tokenizer for both: the ensemble needs it
         train("rnn-bahdanau", args, rnn)
     for name, run_dir in (("transformer", transformer), ("rnn", rnn)):
         summaries[name] = json.loads((run_dir / "summary.json").read_text())

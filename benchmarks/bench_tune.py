@@ -27,7 +27,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from common import ROOT, add_multi30k_flags, provenance, train_preset, write_record
+from common import ROOT, add_multi30k_flags, copy_tokenizer, provenance, shared_tokenizer, train_preset, write_record
 from seq2seq.io_utils import markdown_table
 
 #: architecture -> [(name, train flags on top of the preset)]; the first is the preset itself
@@ -51,23 +51,12 @@ SEARCH: dict[str, list[tuple[str, list[str]]]] = {
 }
 
 
-def shared_tokenizer(args: argparse.Namespace, runs: Path) -> Path:
-    """The one SentencePiece model of every run: trained once by a zero-step run, then copied."""
-    home = runs / "tokenizer"
-    if not (home / "spm.model").is_file():
-        shutil.rmtree(home, ignore_errors=True)
-        train_preset("tokenizer", "transformer", args, home, "--max-steps", "1", "--eval-every", "0")
-    return home
-
-
 def train(arch: str, name: str, flags: list[str], args: argparse.Namespace, runs: Path, spm: Path) -> dict:
     """One configuration (reused when its run already finished): its summary."""
     run_dir = runs / arch / name.replace(" ", "-").replace(",", "")
     if not (run_dir / "summary.json").is_file():
         shutil.rmtree(run_dir, ignore_errors=True)
-        run_dir.mkdir(parents=True)
-        for suffix in (".model", ".json"):
-            shutil.copy(spm / f"spm{suffix}", run_dir / f"spm{suffix}")
+        copy_tokenizer(spm, run_dir)
         train_preset(f"{arch} / {name}", arch, args, run_dir, "--max-minutes", str(args.minutes), *flags)
     summary = json.loads((run_dir / "summary.json").read_text())
     valid = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
@@ -121,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runs = args.runs or args.out.with_suffix("")
     runs.mkdir(parents=True, exist_ok=True)
-    spm = shared_tokenizer(args, runs)
+    spm = shared_tokenizer(args, runs / "tokenizer")
     searches = [SEARCH[arch][: args.configs or None] for arch in args.archs]
     order = [(arch, config) for group in itertools.zip_longest(*[[(a, c) for c in s] for a, s in
                                                                    zip(args.archs, searches)])

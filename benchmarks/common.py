@@ -90,3 +90,23 @@ def train_preset(label: str, preset: str, args, run_dir: Path, *flags: str) -> d
     print(f"[{label}] {' '.join(command)}", file=sys.stderr, flush=True)
     subprocess.run(command, check=True, cwd=ROOT)
     return json.loads((run_dir / "summary.json").read_text())
+
+
+def copy_tokenizer(source: Path, run_dir: Path) -> None:
+    """Put ``source``'s SentencePiece model into a new run directory, which the run then reuses."""
+    import shutil
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for suffix in (".model", ".json"):
+        shutil.copy(source / f"spm{suffix}", run_dir / f"spm{suffix}")
+
+
+def shared_tokenizer(args, home: Path) -> Path:
+    """One SentencePiece model for several runs (no run spends its budget on it): trained once by a
+    one-step Transformer run in ``home`` and reused while ``home/spm.model`` exists."""
+    import shutil
+
+    if not (home / "spm.model").is_file():
+        shutil.rmtree(home, ignore_errors=True)
+        train_preset("tokenizer", "transformer", args, home, "--max-steps", "1", "--eval-every", "0")
+    return home

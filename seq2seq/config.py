@@ -156,7 +156,9 @@ class TrainConfig:
     max_steps: int = option(0, "stop after this many optimizer steps (0 = no limit)")
     max_epochs: int = option(0, "stop after this many epochs (0 = no limit)")
     max_minutes: float = option(0.0, "wall-clock training budget in minutes (0 = no limit)")
-    eval_every: int = option(500, "validate (loss + BLEU) and checkpoint every N steps")
+    eval_every: int = option(500, "validate (loss + BLEU) and checkpoint every N steps (0 = off)")
+    eval_every_minutes: NonNegativeFloat = option(
+        0.0, "also validate and checkpoint every N minutes of the run's wall-clock, on a fixed grid (0 = off)")
     eval_beam_size: int = option(1, "beam size of validation BLEU (1 = greedy)")
     eval_max_sentences: int = option(0, "validate on at most this many sentences (0 = all)")
     patience: int = option(0, "early stopping: evaluations without BLEU improvement (0 = off)")

@@ -164,3 +164,34 @@ def test_tune_benchmark_alternates_architectures_and_picks_winners_on_validation
                    "--minutes", "1", "--configs", "2", "--device", "cpu", "--out", str(out), "--", *tiny,
                    cwd=tmp_path)
     assert "[transformer / preset]" in proc.stderr and "[transformer / preset]" not in again.stderr  # reused
+
+
+def test_budget_benchmark_tests_the_snapshots_nearest_each_budget_and_resumes_a_killed_run(data, tmp_path):
+    out = tmp_path / "budget.json"
+    tiny = ["--d-model", "32", "--heads", "2", "--ff-size", "64", "--layers", "1", "--embed-dim", "32",
+            "--hidden-size", "32", "--decoder-hidden-size", "32", "--eval-max-sentences", "4", "--vocab-size", "60",
+            "--threads", "1"]
+    flags = ["--data-dir", str(data), "--src", "en", "--tgt", "de", "--test-split", "test", "--minutes", "0.05",
+             "--eval-minutes", "0.01", "--budgets", "0.01", "0.04", "1", "--beam-size", "2", "--device", "cpu",
+             "--out", str(out), "--", *tiny]
+    script("bench_budget.py", *flags, cwd=tmp_path)
+    record = check_record(out, "budget")
+    assert list(record["archs"]) == ["rnn-bahdanau", "transformer"]
+    for result in record["archs"].values():
+        curve = result["curve"]
+        assert len(curve) >= 3 and [r["step"] for r in curve] == sorted({r["step"] for r in curve})
+        slots = [int(r["elapsed"] // 0.6) for r in curve[:-1]]  # the grid: one validation per 0.6 s slot
+        assert slots == sorted(set(slots)) and all(s >= 1 for s in slots)
+        assert [b["budget_minutes"] for b in result["budgets"]] == [0.01, 0.04]  # the run stopped short of 1
+        for row in result["budgets"]:
+            assert 0 <= row["test_bleu"] <= 100 and 0 <= row["val_bleu"] <= 100
+            assert (Path(result["run"]) / row["checkpoint"]).is_file()  # the snapshot is kept
+    assert set(record["crossings"]) == {"minutes", "steps"}
+    assert (tmp_path / "budget.png").read_bytes()[:4] == b"\x89PNG"
+    assert "Validation curves (transformer against rnn-bahdanau)" in (tmp_path / "budget.md").read_text()
+    transformer = Path(record["archs"]["transformer"]["run"])
+    (transformer / "summary.json").unlink()  # as if killed after its last checkpoint
+    steps = record["archs"]["transformer"]["steps"]
+    again = script("bench_budget.py", *[f if f != "0.05" else "0.07" for f in flags], cwd=tmp_path)
+    assert "[transformer]" in again.stderr and "--resume" in again.stderr and "[rnn-bahdanau]" not in again.stderr
+    assert check_record(out, "budget")["archs"]["transformer"]["steps"] > steps

@@ -11,7 +11,10 @@ import pytest
 
 from seq2seq.cli.compare import main, parse_args
 from seq2seq.analysis.compare import (
+    at_budgets,
+    budget_summary,
     check_sentence_ids,
+    crossings,
     compare,
     forced_attention,
     length_buckets,
@@ -196,6 +199,43 @@ def test_learning_curves_and_alignments(report):
         assert set(example["translations"]) == {"rnn", "transformer"}
     for scores in report["aer"].values():
         assert 0.0 <= scores["aer"] <= 1.0 and scores["sentences"] == 20
+    # runs of seconds reach none of the default budgets (5 ... 90 minutes): no budget table
+    assert report["budgets"]["minutes"] == [5, 10, 20, 40, 90]
+    assert all(cell is None for row in report["budgets"]["systems"].values() for cell in row.values())
+
+
+def test_crossings_of_two_curves():
+    rising, flat = [(0, 0.0), (10, 10.0)], [(0, 5.0), (10, 5.0)]
+    assert crossings(flat, rising) == [{"x": 5.0, "leader": "b"}]  # the rising curve b overtakes at 5
+    assert crossings(rising, flat) == [{"x": 5.0, "leader": "a"}]  # the same, seen from the other side
+    # b passes a between 2 and 4 and falls back between 6 and 8; points out of order, other x grids
+    a = [(8, 18.0), (0, 10.0), (4, 14.0)]  # a(x) = 10 + x
+    b = [(0, 0.0), (3, 15.0), (5, 25.0), (7, 16.0)]
+    found = crossings(a, b)
+    assert [c["leader"] for c in found] == ["b", "a"]
+    assert found[0]["x"] == pytest.approx(2.5)  # a(2.5) = 12.5 = b(2.5)
+    assert found[1]["x"] == pytest.approx(5 + 20 / 11)  # from x = 5: 25 - 4.5 t = 15 + t
+    assert found[1]["x"] <= 7  # only where both curves have points
+    touching = [(0, 1.0), (1, 1.0), (2, 1.0)]
+    assert crossings([(0, 0.0), (1, 1.0), (2, 0.0)], touching) == []  # a touch is no crossing
+    assert crossings([(0, 0.0)], touching) == [] and crossings([(0, 0.0), (1, 0.0)], [(5, 1.0), (6, 0.0)]) == []
+
+
+def test_budgets_read_the_validation_nearest_each_budget_and_only_within_the_run():
+    curve = [{"step": 100 * k, "elapsed": 150.0 * k + 4, "bleu": float(k)} for k in range(1, 9)]  # 2.5 ... 20 min
+    found = at_budgets(curve, (5, 10, 20, 40))
+    assert [found[m]["step"] for m in (5, 10, 20)] == [200, 400, 800] and found[40] is None
+    summary = budget_summary(["rnn", "transformer"], [curve, [{**r, "bleu": 9 - r["bleu"]} for r in curve]],
+                             (5, 10))
+    assert summary["systems"]["rnn"]["10"] == {"bleu": 4.0, "elapsed": 604.0, "step": 400}
+    [crossed] = summary["crossings"]
+    assert crossed["system"] == "transformer" and crossed["baseline"] == "rnn"
+    assert [c["leader"] for c in crossed["minutes"]] == ["a"] and crossed["steps"][0]["x"] == pytest.approx(450)
+    from seq2seq.analysis.compare.render import budgets_section
+
+    lines = "\n".join(budgets_section({"budgets": summary}))
+    assert "| rnn | 2.00 (5.1 min, 200 steps) | 4.00 (10.1 min, 400 steps) |" in lines
+    assert "rnn goes ahead at 11.3 minutes" in lines and "rnn goes ahead at 450 updates" in lines
 
 
 def test_identical_systems_are_not_significantly_different(runs, test_set, tmp_path):

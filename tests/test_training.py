@@ -114,6 +114,50 @@ def test_ctrl_c_leaves_a_resumable_checkpoint(tmp_path, monkeypatch):
     assert_same_weights(tmp_path / "full" / "last.pt", tmp_path / "cut" / "last.pt")
 
 
+class SteppedClock:
+    """A stand-in for the trainer's ``time`` module: each training step takes ``step_s`` seconds."""
+
+    def __init__(self, step_s: float) -> None:
+        self.now, self.step_s = 1_000.0, step_s
+
+    def time(self) -> float:
+        return self.now
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def validated_steps(run: Path) -> list[int]:
+    import json
+
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [r["step"] for r in records if r["kind"] == "valid"]
+
+
+def test_eval_every_minutes_validates_on_a_fixed_grid_of_the_run_clock_across_a_resume(tmp_path, monkeypatch):
+    import seq2seq.training.trainer as trainer_module
+
+    clock = SteppedClock(step_s=30.0)  # 2 steps a minute
+    monkeypatch.setattr(trainer_module, "time", clock)
+    original = Trainer.train_step
+
+    def timed_step(self, group):
+        clock.now += clock.step_s
+        return original(self, group)
+
+    monkeypatch.setattr(Trainer, "train_step", timed_step)
+    run = tmp_path / "run"
+    train(tiny_config(run, max_steps=5, eval_every=0, eval_every_minutes=1.0), quiet=True)
+    assert validated_steps(run) == [2, 4, 5]  # minutes 1 and 2, then the run's end
+    clock.now += 3_600  # an hour between the sessions does not count
+    train(tiny_config(run, max_steps=12, eval_every=0, eval_every_minutes=1.0), resume=True, quiet=True)
+    assert validated_steps(run) == [2, 4, 5, 6, 8, 10, 12]  # minutes 3, 4, 5, 6: the grid held
+    train(tiny_config(tmp_path / "both", max_steps=12, eval_every=6, eval_every_minutes=1.5), quiet=True)
+    assert validated_steps(tmp_path / "both") == [3, 6, 9, 12]  # with --eval-every too, a step validates once
+    train(tiny_config(tmp_path / "none", max_steps=4, eval_every=0), quiet=True)
+    assert validated_steps(tmp_path / "none") == []  # neither flag: the run never validates
+
+
 def test_existing_run_needs_resume(tmp_path):
     train(tiny_config(tmp_path / "run", max_steps=2, eval_every=0), quiet=True)
     with pytest.raises(UserError, match="--resume"):

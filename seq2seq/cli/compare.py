@@ -13,7 +13,7 @@ from .common import DeprecatedAlias, add_device_flag, parser_for, run_cli
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The options of ``seq2seq compare`` (a Namespace ``seq2seq.compare.compare`` takes)."""
-    from ..analysis.compare import DEFAULT_BUCKETS, __doc__ as description
+    from ..analysis.compare import BUDGET_MINUTES, DEFAULT_BUCKETS, __doc__ as description
 
     parser = parser_for("compare", description)
     parser.add_argument("runs", nargs="+", metavar="RUN_OR_CKPT",
@@ -42,6 +42,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="approximate randomization trials (default: 10000)")
     parser.add_argument("--length-buckets", type=int, nargs="+", default=list(DEFAULT_BUCKETS), metavar="N",
                         help="upper bounds of the source-length buckets in words (default: 10 15 20 30)")
+    parser.add_argument("--budgets", type=float, nargs="+", default=list(BUDGET_MINUTES), metavar="MIN",
+                        help="training budgets (minutes) at which the report reads each run's validation BLEU "
+                             "(default: 5 10 20 40 90)")
     add_device_flag(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bars or log lines")
     args = parser.parse_args(argv)

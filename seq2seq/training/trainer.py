@@ -2,7 +2,8 @@
 
 Adam/AdamW; warmup + inverse-sqrt schedule for the Transformer, plateau decay (on validation loss)
 for the RNN; label-smoothed cross-entropy over target tokens; gradient clipping and accumulation;
-autocast precision; validation loss and BLEU every ``eval_every`` steps; early stopping on BLEU;
+autocast precision; validation loss and BLEU every ``eval_every`` steps and/or every
+``eval_every_minutes`` of the run's clock; early stopping on BLEU;
 ``best.pt`` and ``last.pt`` written atomically (``last.pt`` also every ``save_every`` steps or
 ``save_every_minutes``, so a killed run loses at most that much); the best / newest snapshots kept in
 ``RUN/checkpoints/`` for ``seq2seq average`` (``keep_best``, ``keep_last``: ``kept.py``); exact
@@ -51,7 +52,7 @@ from ..runtime import (JsonlLog, autocast, log, peak_rss_mb, precision_warning, 
 from ..tokenizer import PAD_ID
 from ..decoding.translator import Translator
 
-LIMIT_FIELDS = ("max_steps", "max_epochs", "max_minutes", "patience", "eval_every")
+LIMIT_FIELDS = ("max_steps", "max_epochs", "max_minutes", "patience", "eval_every", "eval_every_minutes")
 
 
 @dataclass
@@ -168,6 +169,7 @@ class Trainer:
         self.kept = KeptCheckpoints(self.out, cfg.train.keep_last, cfg.train.keep_best)
         self.tensorboard = TensorBoardLog(cfg.train.tensorboard, enabled=self.main)
         self._saved_at, self._saved_step = time.time(), -1  # the last write of last.pt
+        self._validated_step, self._validated_slot = -1, 0  # the step and clock slot of the last validation
         autocast(self.device, self.precision)  # validate --precision early
         self.ddp = distributed.wrap_model(self.model, self.device)  # the model itself in one process
         self.forward = compile_model(self.ddp) if cfg.train.compile else self.ddp
@@ -219,6 +221,7 @@ class Trainer:
         self.scaler.load_state_dict(payload["scaler"])
         self.progress = Progress(**payload["progress"])
         self.progress.stopped = ""
+        self._validated_slot = self._clock_slot()
         self._restore_rng(payload)
         self._reshard_position()
 
@@ -303,7 +306,9 @@ class Trainer:
                 else:  # KeyboardInterrupt in one process: wherever it struck, no collective
                     self.save("last.pt")
         else:
-            if self.progress.step % max(self.cfg.train.eval_every, 1):
+            step, every = self.progress.step, self.cfg.train.eval_every
+            validating = bool(every or self.cfg.train.eval_every_minutes)  # else the run never validates
+            if validating and step != self._validated_step and not (every and step % every == 0):
                 self._evaluate_and_checkpoint()
             self._save_last()
         if self.main and not (self.out / "best.pt").exists():
@@ -382,9 +387,9 @@ class Trainer:
         p, tc = self.progress, self.cfg.train
         # rank 0's clock decides the time limits; a stop request on any rank stops all (StopRequests)
         save_due = bool(tc.save_every_minutes) and time.time() - self._saved_at >= tc.save_every_minutes * 60
-        out_of_time, interrupted, save_due = distributed.agree(
+        out_of_time, interrupted, save_due, eval_due = distributed.agree(
             [self.main and bool(tc.max_minutes) and p.elapsed >= tc.max_minutes * 60, self._stop_requests.requested,
-             self.main and save_due])
+             self.main and save_due, self.main and self._validation_due_by_clock()])
         if interrupted:
             self._stop_requests.requested = True
             p.stopped = "interrupted"
@@ -395,13 +400,27 @@ class Trainer:
             p.stopped = "max_minutes"
         elif tc.patience and p.evals_without_improvement >= tc.patience:
             p.stopped = "early_stopping"
+        if not p.stopped and eval_due and p.step != self._validated_step:  # a stopping run validates anyway
+            self._evaluate_and_checkpoint()
         if not p.stopped:  # a stopping run writes last.pt anyway
             self._periodic_save(save_due)
         return bool(p.stopped)
 
+    def _validation_due_by_clock(self) -> bool:
+        """``eval_every_minutes``: whether the run's clock (``elapsed``, summed over sessions) has
+        passed the next multiple of the interval since the last validation. The grid is fixed
+        (validations at the first step after 5, 10, 15 ... minutes), so resumed runs and the time
+        that validation itself takes do not shift it."""
+        return bool(self.cfg.train.eval_every_minutes) and self._clock_slot() > self._validated_slot
+
+    def _clock_slot(self) -> int:
+        """How many whole ``eval_every_minutes`` intervals the run's clock has passed."""
+        return int(self.progress.elapsed // (self.cfg.train.eval_every_minutes * 60 or math.inf))
+
     # ----------------------------------------------------------------- evaluation
     def _evaluate_and_checkpoint(self) -> None:
         p = self.progress
+        self._validated_step, self._validated_slot = p.step, self._clock_slot()
         scores = distributed.broadcast(self.validate() if self.main else None)  # the others wait
         if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
             self.scheduler.step(scores["loss"])

@@ -137,7 +137,39 @@ def curves_section(report: dict[str, Any]) -> list[str]:
     if missing:
         lines += [f"No validation lines for: {', '.join(map(md_escape, missing))}.", ""]
     return lines + [figure(report["plots"]["valid_bleu_vs_steps"], "validation BLEU by step"), "",
-                    figure(report["plots"]["valid_bleu_vs_time"], "validation BLEU by time"), ""]
+                    figure(report["plots"]["valid_bleu_vs_time"], "validation BLEU by time"), "",
+                    *budgets_section(report)]
+
+
+def fmt_crossings(found: list[dict[str, Any]], system: str, baseline: str, unit: str) -> str:
+    """'b overtakes a at 23.4 min' sentences, in order."""
+    if not found:
+        return f"the curves do not cross (in {unit})"
+    spec = ".1f" if unit == "minutes" else ",.0f"
+    return ", then ".join(f"{system if c['leader'] == 'b' else baseline} goes ahead at {c['x']:{spec}} {unit}"
+                          for c in found)
+
+
+def budgets_section(report: dict[str, Any]) -> list[str]:
+    """Validation BLEU at each training budget, and where the curves cross the baseline's."""
+    budgets = report.get("budgets")
+    if not budgets or not any(cell for row in budgets["systems"].values() for cell in row.values()):
+        return []
+    keys = [f"{m:g}" for m in budgets["minutes"]]
+    rows = [[md_escape(name), *[DASH if row[k] is None else
+                                f"{row[k]['bleu']:.2f} ({row[k]['elapsed'] / 60:.1f} min, {row[k]['step']:,} steps)"
+                                for k in keys]]
+            for name, row in budgets["systems"].items()]
+    lines = ["### Training budgets", "",
+             "Validation BLEU of each run at the validation nearest to each budget (its clock in minutes and "
+             f"its updates in brackets; {DASH}: the run stopped short of it).", "",
+             *md_table(["system", *[f"{k} min" for k in keys]], rows), ""]
+    for crossed in budgets["crossings"]:
+        system, baseline = md_escape(crossed["system"]), md_escape(crossed["baseline"])
+        lines.append(f"- {system} vs {baseline}: by wall-clock time, "
+                     f"{fmt_crossings(crossed['minutes'], system, baseline, 'minutes')}; by updates, "
+                     f"{fmt_crossings(crossed['steps'], system, baseline, 'updates')}.")
+    return lines + [""]
 
 
 def examples_section(report: dict[str, Any]) -> list[str]:

@@ -24,6 +24,7 @@ from ...io_utils import display_path
 from ...runtime import log
 from .decode import (Decoded, System, decode_system, input_files, load_system, read_test_set, resolve_checkpoint,
                      system_names)
+from .curves import budget_summary
 from .figures import plot_learning, plot_length_buckets, plot_sentence
 from .render import render_markdown
 from .stats import (bucket_bleu, check_sentence_ids, forced_attentions, gold_aer, length_buckets, pick_sentences,
@@ -127,6 +128,7 @@ def build_report(systems: Sequence[System], sources: list[str], references: list
         "systems": [system_entry(s, decoded[s.name], references, hyp_files[s.name]) for s in systems],
         "quality": significance(names, hypotheses, references, args.bootstrap, args.ar_trials),
         "length_buckets": bucket_bleu(length_buckets(sources, args.length_buckets), names, hypotheses, references),
+        "budgets": budget_summary(names, [s.curve for s in systems], args.budgets),
     }
     report["plots"] = summary_plots(report, systems, root)
     chrf = {n: sentence_chrf(decoded[n].beam, references) for n in names}
@@ -185,6 +187,8 @@ def check_args(args: argparse.Namespace) -> None:
                         ("--ar-trials", args.ar_trials)):
         if value is not None and value < 1:
             raise UserError(f"{flag} must be a positive integer, got {value}")
+    if any(m <= 0 for m in args.budgets):
+        raise UserError(f"--budgets must be positive minutes, got {' '.join(f'{m:g}' for m in args.budgets)}")
     bounds = args.length_buckets
     if any(b < 1 for b in bounds) or list(bounds) != sorted(set(bounds)):
         raise UserError(f"--length-buckets must be increasing positive word counts, got {' '.join(map(str, bounds))}")

@@ -1,0 +1,196 @@
+"""BLEU against training budget for both architectures (issue 26), from the repository root:
+
+    python benchmarks/bench_budget.py --data-dir MULTI30K [--minutes 90] [--eval-minutes 5]
+                                      [--budgets 5 10 20 40 90] [--archs rnn-bahdanau transformer]
+                                      [--runs DIR] [--out FILE.json] [-- extra train flags]
+
+1. **Train** one run per architecture with its preset (the recipes tuned by ``bench_tune.py``), back to
+   back in separate processes, each ``--minutes`` of wall-clock (``--max-minutes``, which counts the
+   whole run), all with one SentencePiece model trained beforehand. A run validates only on a fixed
+   grid of its clock (``--eval-every-minutes``, ``--eval-every 0``: greedy BLEU on the whole ``val``
+   split just after every ``--eval-minutes``; those validations also pace the RNN's plateau
+   schedule) and keeps a weights snapshot at each (``--keep-last``). A killed run is continued with
+   ``--resume`` by running the same command again; a finished one is reused.
+2. **Budgets**: for each of ``--budgets`` (minutes) the snapshot of the validation nearest to it
+   (``seq2seq.analysis.compare.at_budgets``) translates the test split and ``val`` with beam 5; BLEU
+   and chrF (sacreBLEU, cased).
+3. **Curves**: where the validation curves of the first two architectures cross, in minutes and in
+   updates (``crossings``); one figure with validation BLEU against wall-clock time and against updates
+   for every architecture, the budget test scores marked; the record (``--out``: JSON + markdown) and
+   the figure (``.png`` beside it).
+
+The schedules here do not depend on the total budget (inverse square root; plateau on validation
+loss), so one long run gives every shorter budget as well.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from common import ROOT, add_multi30k_flags, copy_tokenizer, provenance, shared_tokenizer, train_preset, write_record
+from seq2seq.io_utils import markdown_table
+
+ARCHS = ("rnn-bahdanau", "transformer")
+KEEP_ALL = "1000000"
+
+
+def run_dir_state(run_dir: Path) -> str:
+    """'done' (a summary of a run that was not interrupted), 'resume' (a last.pt) or 'new'."""
+    summary = run_dir / "summary.json"
+    if summary.is_file() and json.loads(summary.read_text()).get("stopped") != "interrupted":
+        return "done"
+    return "resume" if (run_dir / "last.pt").is_file() else "new"
+
+
+def train(arch: str, args: argparse.Namespace, runs: Path, spm: Path) -> Path:
+    """The long run of ``arch`` (continued or reused as ``run_dir_state`` says); its directory."""
+    run_dir = runs / arch
+    state = run_dir_state(run_dir)
+    if state == "done":
+        return run_dir
+    if state == "new":
+        shutil.rmtree(run_dir, ignore_errors=True)
+        copy_tokenizer(spm, run_dir)
+    train_preset(arch, arch, args, run_dir, "--max-minutes", str(args.minutes), "--eval-every", "0",
+                 "--eval-every-minutes", str(args.eval_minutes), "--keep-last", KEEP_ALL,
+                 *(["--resume"] if state == "resume" else []))
+    return run_dir
+
+
+def read_split(args: argparse.Namespace, split: str) -> tuple[list[str], list[str]]:
+    return tuple((args.data_dir / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()
+                 for lang in (args.src, args.tgt))
+
+
+def budget_scores(run_dir: Path, curve: list[dict], args: argparse.Namespace, splits: dict) -> list[dict]:
+    """Per budget the run reached: its validation line, snapshot, and beam-5 scores on each split."""
+    from seq2seq import Translator
+    from seq2seq.analysis.compare import at_budgets
+    from seq2seq.analysis.evaluation import corpus_scores
+    from seq2seq.training.kept import KeptCheckpoints
+
+    snapshots = {entry["step"]: run_dir / "checkpoints" / entry["file"] for entry in KeptCheckpoints(run_dir).entries()}
+    rows = []
+    for minutes, line in at_budgets(curve, args.budgets).items():
+        if line is None:
+            continue
+        snapshot = snapshots[line["step"]]
+        translator = Translator.from_checkpoint(snapshot, device=args.device)
+        row = {"budget_minutes": minutes, "minutes": line["elapsed"] / 60, "step": line["step"],
+               "val_greedy_bleu": line["bleu"], "checkpoint": str(snapshot.relative_to(run_dir))}
+        for name, (sources, references) in splits.items():
+            hyps = translator.translate(sources, beam_size=args.beam_size, need_attention=False)
+            scores = corpus_scores([h.text for h in hyps], references, ("bleu", "chrf"))
+            row[f"{name}_bleu"], row[f"{name}_chrf"] = scores["bleu"].score, scores["chrf"].score
+            row["signature"] = scores["bleu"].signature
+        rows.append(row)
+        print(f"[{run_dir.name} @ {minutes:g} min] " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()
+                                                                 if k.endswith(("_bleu", "_chrf"))), file=sys.stderr)
+    return rows
+
+
+def plot(record: dict, path: Path) -> Path:
+    """Validation BLEU (greedy, every validation) against minutes and against updates, one line per
+    architecture; the test BLEU (beam 5) of the budget snapshots as markers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for k, (arch, result) in enumerate(record["archs"].items()):
+        color = f"C{k}"
+        curve, budgets = result["curve"], result["budgets"]
+        for ax, x, bx in ((axes[0], [r["elapsed"] / 60 for r in curve], [b["minutes"] for b in budgets]),
+                          (axes[1], [r["step"] for r in curve], [b["step"] for b in budgets])):
+            ax.plot(x, [r["bleu"] for r in curve], "-", color=color, label=f"{arch}: val BLEU (greedy)")
+            ax.plot(bx, [b["test_bleu"] for b in budgets], "o", color=color, label=f"{arch}: test BLEU (beam 5)")
+    axes[0].set_xlabel("wall-clock training time (minutes)")
+    axes[1].set_xlabel("updates")
+    axes[0].set_ylabel("BLEU")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8, loc="lower right")
+    fig.suptitle(f"BLEU against training budget ({record['machine']['cpu']}, {record['machine']['cpus']} CPUs)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def crossing_text(record: dict) -> str:
+    names = list(record["archs"])
+    if len(names) < 2:
+        return ""
+    parts = []
+    for axis, unit in (("minutes", "minutes"), ("steps", "updates")):
+        found = record["crossings"][axis]
+        parts.append(f"by {unit}: " + ("the curves do not cross" if not found else ", then ".join(
+            f"{names[1] if c['leader'] == 'b' else names[0]} goes ahead at {c['x']:.1f}" for c in found)))
+    return f"Validation curves ({names[1]} against {names[0]}): " + "; ".join(parts) + "."
+
+
+def table(record: dict) -> str:
+    rows = [[arch, f"{b['budget_minutes']:g}", f"{b['minutes']:.1f}", b["step"], f"{b['val_greedy_bleu']:.2f}",
+             f"{b['val_bleu']:.2f}", f"{b['val_chrf']:.1f}", f"{b['test_bleu']:.2f}", f"{b['test_chrf']:.1f}"]
+            for arch, result in record["archs"].items() for b in result["budgets"]]
+    m = record["machine"]
+    head = (f"{record['minutes']:g}-minute runs, validation every {record['eval_minutes']:g} minutes; {m['cpu']} "
+            f"({m['cpu_capability']}), {m['cpus']} CPUs. Test: `{record['test_split']}`, "
+            f"beam {record['beam_size']}.\n\n")
+    return (head + markdown_table(["arch", "budget (min)", "at (min)", "updates", "val BLEU greedy", "val BLEU",
+                                   "val chrF", "test BLEU", "test chrF"], rows)
+            + "\n\n" + crossing_text(record) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_multi30k_flags(parser)
+    parser.add_argument("--archs", nargs="+", choices=ARCHS, default=list(ARCHS),
+                        help="presets to race, in training order; crossings compare the first two")
+    parser.add_argument("--minutes", type=float, default=90.0, help="wall-clock budget of each run")
+    parser.add_argument("--eval-minutes", type=float, default=5.0, help="validation interval on the run's clock")
+    parser.add_argument("--budgets", type=float, nargs="+", default=[5, 10, 20, 40, 90],
+                        help="minutes at which the nearest snapshot is tested")
+    parser.add_argument("--beam-size", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--runs", type=Path, help="where the runs go (continued or reused; default: beside --out)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "budget.json")
+    parser.add_argument("extra", nargs="*", help="extra train flags after --, applied to every run")
+    args = parser.parse_args(argv)
+    from seq2seq.analysis.compare import crossings
+    from seq2seq.analysis.compare.curves import curve_points
+    from seq2seq.analysis.compare.decode import validation_curve
+
+    runs = args.runs or args.out.with_suffix("")
+    runs.mkdir(parents=True, exist_ok=True)
+    spm = shared_tokenizer(args, runs / "tokenizer")
+    run_dirs = {arch: train(arch, args, runs, spm) for arch in args.archs}
+    splits = {"test": read_split(args, args.test_split), "val": read_split(args, "val")}
+    archs = {}
+    for arch, run_dir in run_dirs.items():
+        summary = json.loads((run_dir / "summary.json").read_text())
+        curve = validation_curve(run_dir / "metrics.jsonl")
+        archs[arch] = {"run": str(run_dir), "parameters": summary["parameters"], "steps": summary["steps"],
+                       "elapsed_s": summary["elapsed_s"], "train_tgt_tokens_per_s": summary["train_tgt_tokens_per_s"],
+                       "curve": [{k: r.get(k) for k in ("step", "elapsed", "bleu", "chrf", "loss")} for r in curve],
+                       "budgets": budget_scores(run_dir, curve, args, splits)}
+    curves = [archs[a]["curve"] for a in args.archs[:2]]
+    record = {**provenance("budget"), "minutes": args.minutes, "eval_minutes": args.eval_minutes,
+              "budgets": args.budgets, "beam_size": args.beam_size, "test_split": args.test_split,
+              "extra_flags": args.extra, "archs": archs,
+              "crossings": {axis: crossings(*(curve_points(c, axis) for c in curves)) if len(curves) == 2 else []
+                            for axis in ("minutes", "steps")}}
+    text = table(record)
+    write_record(args.out, record, text)
+    plot(record, args.out.with_suffix(".png"))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
