@@ -5,8 +5,10 @@
                                       [--runs DIR] [--out FILE.json] [-- extra train flags]
 
 1. **Train** one run per architecture with its preset (the recipes tuned by ``bench_tune.py``), back to
-   back in separate processes, each ``--minutes`` of wall-clock (``--max-minutes``, which counts the
-   whole run), all with one SentencePiece model trained beforehand. A run validates only on a fixed
+   back in separate processes with all cores each, or with ``--parallel`` at the same time with the
+   cores split evenly between them (a long race fits one sitting; each curve is then one of fewer
+   cores), each ``--minutes`` of wall-clock (``--max-minutes``, which counts the whole run), all with
+   one SentencePiece model trained beforehand. A run validates only on a fixed
    grid of its clock (``--eval-every-minutes``, ``--eval-every 0``: greedy BLEU on the whole ``val``
    split just after every ``--eval-minutes``; those validations also pace the RNN's plateau
    schedule) and keeps a weights snapshot at each (``--keep-last``). A killed run is continued with
@@ -26,11 +28,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
-from common import ROOT, add_multi30k_flags, copy_tokenizer, provenance, shared_tokenizer, train_preset, write_record
+from common import ROOT, add_multi30k_flags, copy_tokenizer, preset_command, provenance, shared_tokenizer, write_record
 from seq2seq.io_utils import markdown_table
 
 ARCHS = ("rnn-bahdanau", "transformer")
@@ -45,19 +49,36 @@ def run_dir_state(run_dir: Path) -> str:
     return "resume" if (run_dir / "last.pt").is_file() else "new"
 
 
-def train(arch: str, args: argparse.Namespace, runs: Path, spm: Path) -> Path:
-    """The long run of ``arch`` (continued or reused as ``run_dir_state`` says); its directory."""
+def threads_per_run(args: argparse.Namespace) -> int | None:
+    """--parallel: the CPU's cores split evenly between the runs (None: each run has them all)."""
+    return max(1, (os.cpu_count() or 1) // len(args.archs)) if args.parallel else None
+
+
+def command(arch: str, args: argparse.Namespace, runs: Path, spm: Path) -> list[str] | None:
+    """The training command of ``arch``'s run (continued or new as ``run_dir_state`` says), or None
+    when it has finished."""
     run_dir = runs / arch
     state = run_dir_state(run_dir)
     if state == "done":
-        return run_dir
+        return None
     if state == "new":
         shutil.rmtree(run_dir, ignore_errors=True)
         copy_tokenizer(spm, run_dir)
-    train_preset(arch, arch, args, run_dir, "--max-minutes", str(args.minutes), "--eval-every", "0",
-                 "--eval-every-minutes", str(args.eval_minutes), "--keep-last", KEEP_ALL,
-                 *(["--resume"] if state == "resume" else []))
-    return run_dir
+    threads = ["--threads", str(threads_per_run(args))] if args.parallel else []
+    return preset_command(arch, arch, args, run_dir, "--max-minutes", str(args.minutes), "--eval-every", "0",
+                          "--eval-every-minutes", str(args.eval_minutes), "--keep-last", KEEP_ALL, *threads,
+                          *(["--resume"] if state == "resume" else []))
+
+
+def train_all(args: argparse.Namespace, runs: Path, spm: Path) -> dict[str, Path]:
+    """Every architecture's run, one after the other, or all at once with ``--parallel``."""
+    for group in ([args.archs] if args.parallel else [[arch] for arch in args.archs]):
+        commands = [c for c in (command(arch, args, runs, spm) for arch in group) if c is not None]
+        processes = [subprocess.Popen(c, cwd=ROOT) for c in commands]
+        failed = [c for c, p in zip(commands, processes) if p.wait() != 0]
+        if failed:
+            raise SystemExit(f"training failed: {' '.join(failed[0])}")
+    return {arch: runs / arch for arch in args.archs}
 
 
 def read_split(args: argparse.Namespace, split: str) -> tuple[list[str], list[str]]:
@@ -138,8 +159,10 @@ def table(record: dict) -> str:
              f"{b['val_bleu']:.2f}", f"{b['val_chrf']:.1f}", f"{b['test_bleu']:.2f}", f"{b['test_chrf']:.1f}"]
             for arch, result in record["archs"].items() for b in result["budgets"]]
     m = record["machine"]
-    head = (f"{record['minutes']:g}-minute runs, validation every {record['eval_minutes']:g} minutes; {m['cpu']} "
-            f"({m['cpu_capability']}), {m['cpus']} CPUs. Test: `{record['test_split']}`, "
+    cores = (f"run at the same time with {record['threads_per_run']} thread(s) each" if record["parallel"]
+             else "run one after the other with all cores")
+    head = (f"{record['minutes']:g}-minute runs, {cores}, validation every {record['eval_minutes']:g} minutes; "
+            f"{m['cpu']} ({m['cpu_capability']}), {m['cpus']} CPUs. Test: `{record['test_split']}`, "
             f"beam {record['beam_size']}.\n\n")
     return (head + markdown_table(["arch", "budget (min)", "at (min)", "updates", "val BLEU greedy", "val BLEU",
                                    "val chrF", "test BLEU", "test chrF"], rows)
@@ -155,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-minutes", type=float, default=5.0, help="validation interval on the run's clock")
     parser.add_argument("--budgets", type=float, nargs="+", default=[5, 10, 20, 40, 90],
                         help="minutes at which the nearest snapshot is tested")
+    parser.add_argument("--parallel", action="store_true",
+                        help="train the architectures at the same time, the CPU's cores split evenly between them "
+                             "(--threads), instead of one after the other with all cores")
     parser.add_argument("--beam-size", type=int, default=5)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--device", default="auto")
@@ -169,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = args.runs or args.out.with_suffix("")
     runs.mkdir(parents=True, exist_ok=True)
     spm = shared_tokenizer(args, runs / "tokenizer")
-    run_dirs = {arch: train(arch, args, runs, spm) for arch in args.archs}
+    run_dirs = train_all(args, runs, spm)
     splits = {"test": read_split(args, args.test_split), "val": read_split(args, "val")}
     archs = {}
     for arch, run_dir in run_dirs.items():
@@ -181,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                        "budgets": budget_scores(run_dir, curve, args, splits)}
     curves = [archs[a]["curve"] for a in args.archs[:2]]
     record = {**provenance("budget"), "minutes": args.minutes, "eval_minutes": args.eval_minutes,
+              "parallel": args.parallel, "threads_per_run": threads_per_run(args),
               "budgets": args.budgets, "beam_size": args.beam_size, "test_split": args.test_split,
               "extra_flags": args.extra, "archs": archs,
               "crossings": {axis: crossings(*(curve_points(c, axis) for c in curves)) if len(curves) == 2 else []

@@ -15,6 +15,10 @@ end: greedy BLEU on the whole validation split (``val``; the test split is never
 keeps the final model's.
 A finished run (its ``summary.json``) is reused, so an interrupted search continues where it stopped.
 
+The search below was declared against the presets it tuned (2026-11-25: RNN lr 1e-3, Transformer
+warmup 400); its winners are the presets now (RNN ``--lr 2e-3``, Transformer ``--warmup-steps 200``),
+so a new search should first restate its configurations against them.
+
 Record: ``--out`` (JSON + markdown): per configuration its flags, parameters, updates, training
 speed and validation BLEU / chrF; per architecture the winner and whether it beats the preset.
 """

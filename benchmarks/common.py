@@ -80,15 +80,20 @@ def add_multi30k_flags(parser) -> None:
     parser.add_argument("--test-split", default="test_2016_flickr")
 
 
-def train_preset(label: str, preset: str, args, run_dir: Path, *flags: str) -> dict:
-    """``python -m seq2seq train --preset PRESET`` on ``args``' Multi30k flags into ``run_dir``, in its
-    own process (so peak memory and speed are the run's own), quiet, without the final test; ``flags``
-    and ``args.extra`` (the benchmark's ``-- extra train flags``) come last. Returns its summary."""
+def preset_command(label: str, preset: str, args, run_dir: Path, *flags: str) -> list[str]:
+    """The command line of ``train_preset`` (printed, labelled, to stderr)."""
     command = [sys.executable, "-m", "seq2seq", "train", "--preset", preset, "--data-dir", str(args.data_dir),
                "--src", args.src, "--tgt", args.tgt, "--seed", str(args.seed), "--device", args.device,
                "--output-dir", str(run_dir), "--quiet", "--no-final-test", *flags, *args.extra]
     print(f"[{label}] {' '.join(command)}", file=sys.stderr, flush=True)
-    subprocess.run(command, check=True, cwd=ROOT)
+    return command
+
+
+def train_preset(label: str, preset: str, args, run_dir: Path, *flags: str) -> dict:
+    """``python -m seq2seq train --preset PRESET`` on ``args``' Multi30k flags into ``run_dir``, in its
+    own process (so peak memory and speed are the run's own), quiet, without the final test; ``flags``
+    and ``args.extra`` (the benchmark's ``-- extra train flags``) come last. Returns its summary."""
+    subprocess.run(preset_command(label, preset, args, run_dir, *flags), check=True, cwd=ROOT)
     return json.loads((run_dir / "summary.json").read_text())
 
 

@@ -193,9 +193,11 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "data": {"toy_size": 20000, "src": "en", "tgt": "de", "vocab_size": 400, "max_tokens": 3000},
         "train": {"max_minutes": 4.0, "eval_every": 400, "warmup_steps": 300, "eval_max_sentences": 300},
     },
-    "rnn-bahdanau": {"model": {"arch": "rnn", "attention": "bahdanau"}},
+    # rnn-bahdanau and transformer: the architecture's defaults and the winners of the equal-effort
+    # validation search (benchmarks/bench_tune.py, docs/benchmarks.md); rnn-luong was not searched
+    "rnn-bahdanau": {"model": {"arch": "rnn", "attention": "bahdanau"}, "train": {"lr": 2e-3}},
     "rnn-luong": {"model": {"arch": "rnn", "attention": "luong-general"}},
-    "transformer": {"model": {"arch": "transformer"}},
+    "transformer": {"model": {"arch": "transformer"}, "train": {"warmup_steps": 200}},
 }
 
 

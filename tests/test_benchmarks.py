@@ -173,10 +173,10 @@ def test_budget_benchmark_tests_the_snapshots_nearest_each_budget_and_resumes_a_
             "--threads", "1"]
     flags = ["--data-dir", str(data), "--src", "en", "--tgt", "de", "--test-split", "test", "--minutes", "0.05",
              "--eval-minutes", "0.01", "--budgets", "0.01", "0.04", "1", "--beam-size", "2", "--device", "cpu",
-             "--out", str(out), "--", *tiny]
-    script("bench_budget.py", *flags, cwd=tmp_path)
+             "--out", str(out)]
+    script("bench_budget.py", *flags, "--parallel", "--", *tiny, cwd=tmp_path)  # both at once, the cores split
     record = check_record(out, "budget")
-    assert list(record["archs"]) == ["rnn-bahdanau", "transformer"]
+    assert list(record["archs"]) == ["rnn-bahdanau", "transformer"] and record["parallel"]
     for result in record["archs"].values():
         curve = result["curve"]
         assert len(curve) >= 3 and [r["step"] for r in curve] == sorted({r["step"] for r in curve})
@@ -192,6 +192,6 @@ def test_budget_benchmark_tests_the_snapshots_nearest_each_budget_and_resumes_a_
     transformer = Path(record["archs"]["transformer"]["run"])
     (transformer / "summary.json").unlink()  # as if killed after its last checkpoint
     steps = record["archs"]["transformer"]["steps"]
-    again = script("bench_budget.py", *[f if f != "0.05" else "0.07" for f in flags], cwd=tmp_path)
+    again = script("bench_budget.py", *[f if f != "0.05" else "0.07" for f in flags], "--", *tiny, cwd=tmp_path)
     assert "[transformer]" in again.stderr and "--resume" in again.stderr and "[rnn-bahdanau]" not in again.stderr
     assert check_record(out, "budget")["archs"]["transformer"]["steps"] > steps

@@ -142,7 +142,7 @@ def curves_section(report: dict[str, Any]) -> list[str]:
 
 
 def fmt_crossings(found: list[dict[str, Any]], system: str, baseline: str, unit: str) -> str:
-    """'b overtakes a at 23.4 min' sentences, in order."""
+    """'X goes ahead at 23.4 minutes' clauses in order, or that the curves do not cross."""
     if not found:
         return f"the curves do not cross (in {unit})"
     spec = ".1f" if unit == "minutes" else ",.0f"
