@@ -34,7 +34,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import ROOT, add_multi30k_flags, copy_tokenizer, preset_command, provenance, shared_tokenizer, write_record
+from common import (ROOT, add_multi30k_flags, add_run_flags, copy_tokenizer, preset_command, provenance, runs_dir,
+                    shared_tokenizer, write_record)
 from seq2seq.io_utils import markdown_table
 
 ARCHS = ("rnn-bahdanau", "transformer")
@@ -135,7 +136,10 @@ def plot(record: dict, path: Path) -> Path:
     for ax in axes:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8, loc="lower right")
-    fig.suptitle(f"BLEU against training budget ({record['machine']['cpu']}, {record['machine']['cpus']} CPUs)")
+    machine = record["machine"]
+    cores = (f"runs at once, {record['threads_per_run']} thread(s) each" if record.get("parallel")
+             else "one run at a time")
+    fig.suptitle(f"BLEU against training budget ({machine['cpu']}, {machine['cpus']} CPUs, {cores})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -182,18 +186,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="train the architectures at the same time, the CPU's cores split evenly between them "
                              "(--threads), instead of one after the other with all cores")
     parser.add_argument("--beam-size", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--runs", type=Path, help="where the runs go (continued or reused; default: beside --out)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "budget.json")
-    parser.add_argument("extra", nargs="*", help="extra train flags after --, applied to every run")
+    add_run_flags(parser, "budget.json", "continued or reused")
     args = parser.parse_args(argv)
     from seq2seq.analysis.compare import crossings
     from seq2seq.analysis.compare.curves import curve_points
     from seq2seq.analysis.compare.decode import validation_curve
 
-    runs = args.runs or args.out.with_suffix("")
-    runs.mkdir(parents=True, exist_ok=True)
+    runs = runs_dir(args)
     spm = shared_tokenizer(args, runs / "tokenizer")
     run_dirs = train_all(args, runs, spm)
     splits = {"test": read_split(args, args.test_split), "val": read_split(args, "val")}

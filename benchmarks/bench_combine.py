@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import ROOT, add_multi30k_flags, copy_tokenizer, provenance, train_preset, write_record
+from common import add_multi30k_flags, add_run_flags, copy_tokenizer, provenance, runs_dir, train_preset, write_record
 from seq2seq.io_utils import markdown_table
 
 
@@ -109,15 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-every", type=int, default=150)
     parser.add_argument("--keep", type=int, default=4, help="checkpoints averaged (best K, last K)")
     parser.add_argument("--val-sentences", type=int, default=0, help="score the first N validation pairs (0 = all)")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--runs", type=Path, help="where the runs are (reused if complete; default: beside --out)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "combine.json")
-    parser.add_argument("extra", nargs="*", help="extra train flags after --, applied to both systems")
+    add_run_flags(parser, "combine.json", "reused if complete")
     args = parser.parse_args(argv)
-    runs = args.runs or args.out.with_suffix("")
-    args.runs_root = runs
-    runs.mkdir(parents=True, exist_ok=True)
+    runs = args.runs_root = runs_dir(args)
     record = {**provenance("combine"), "steps": args.steps, "test_split": args.test_split,
               "val_sentences": args.val_sentences or "all",
               "train": train_both(args, runs)}

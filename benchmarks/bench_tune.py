@@ -31,7 +31,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from common import ROOT, add_multi30k_flags, copy_tokenizer, provenance, shared_tokenizer, train_preset, write_record
+from common import (add_multi30k_flags, add_run_flags, copy_tokenizer, provenance, runs_dir, shared_tokenizer,
+                    train_preset, write_record)
 from seq2seq.io_utils import markdown_table
 
 #: architecture -> [(name, train flags on top of the preset)]; the first is the preset itself
@@ -106,14 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--archs", nargs="+", choices=list(SEARCH), default=list(SEARCH))
     parser.add_argument("--minutes", type=float, default=12.0, help="wall-clock budget per configuration")
     parser.add_argument("--configs", type=int, default=0, help="the first N configurations per architecture (0 = all)")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--runs", type=Path, help="where the runs go (reused if finished; default: beside --out)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "tune.json")
-    parser.add_argument("extra", nargs="*", help="extra train flags after --, applied to every run")
+    add_run_flags(parser, "tune.json")
     args = parser.parse_args(argv)
-    runs = args.runs or args.out.with_suffix("")
-    runs.mkdir(parents=True, exist_ok=True)
+    runs = runs_dir(args)
     spm = shared_tokenizer(args, runs / "tokenizer")
     searches = [SEARCH[arch][: args.configs or None] for arch in args.archs]
     order = [(arch, config) for group in itertools.zip_longest(*[[(a, c) for c in s] for a, s in

@@ -80,6 +80,23 @@ def add_multi30k_flags(parser) -> None:
     parser.add_argument("--test-split", default="test_2016_flickr")
 
 
+def add_run_flags(parser, default_out: str, runs_help: str = "reused if finished") -> None:
+    """--seed, --device, --runs, --out and the trailing ``-- extra train flags``: how a benchmark that
+    trains presets (``train_preset``) is told where its runs and record go."""
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--runs", type=Path, help=f"where the runs go ({runs_help}; default: beside --out)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / default_out)
+    parser.add_argument("extra", nargs="*", help="extra train flags after --, applied to every run")
+
+
+def runs_dir(args) -> Path:
+    """The directory of ``add_run_flags``' runs (``--runs``, or ``--out`` without its suffix), created."""
+    runs = args.runs or args.out.with_suffix("")
+    runs.mkdir(parents=True, exist_ok=True)
+    return runs
+
+
 def preset_command(label: str, preset: str, args, run_dir: Path, *flags: str) -> list[str]:
     """The command line of ``train_preset`` (printed, labelled, to stderr)."""
     command = [sys.executable, "-m", "seq2seq", "train", "--preset", preset, "--data-dir", str(args.data_dir),
