@@ -114,6 +114,13 @@ def budget_scores(run_dir: Path, curve: list[dict], args: argparse.Namespace, sp
     return rows
 
 
+def how_trained(record: dict) -> str:
+    """How the record's runs shared the CPU (the figure title and the table's head say it)."""
+    if record.get("parallel"):
+        return f"run at the same time with {record['threads_per_run']} thread(s) each"
+    return "run one after the other with all cores"
+
+
 def plot(record: dict, path: Path) -> Path:
     """Validation BLEU (greedy, every validation) against minutes and against updates, one line per
     architecture; the test BLEU (beam 5) of the budget snapshots as markers."""
@@ -137,9 +144,7 @@ def plot(record: dict, path: Path) -> Path:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8, loc="lower right")
     machine = record["machine"]
-    cores = (f"runs at once, {record['threads_per_run']} thread(s) each" if record.get("parallel")
-             else "one run at a time")
-    fig.suptitle(f"BLEU against training budget ({machine['cpu']}, {machine['cpus']} CPUs, {cores})")
+    fig.suptitle(f"BLEU against training budget ({machine['cpu']}, {machine['cpus']} CPUs, {how_trained(record)})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -163,11 +168,9 @@ def table(record: dict) -> str:
              f"{b['val_bleu']:.2f}", f"{b['val_chrf']:.1f}", f"{b['test_bleu']:.2f}", f"{b['test_chrf']:.1f}"]
             for arch, result in record["archs"].items() for b in result["budgets"]]
     m = record["machine"]
-    cores = (f"run at the same time with {record['threads_per_run']} thread(s) each" if record["parallel"]
-             else "run one after the other with all cores")
-    head = (f"{record['minutes']:g}-minute runs, {cores}, validation every {record['eval_minutes']:g} minutes; "
-            f"{m['cpu']} ({m['cpu_capability']}), {m['cpus']} CPUs. Test: `{record['test_split']}`, "
-            f"beam {record['beam_size']}.\n\n")
+    head = (f"{record['minutes']:g}-minute runs, {how_trained(record)}, validation every "
+            f"{record['eval_minutes']:g} minutes; {m['cpu']} ({m['cpu_capability']}), {m['cpus']} CPUs. "
+            f"Test: `{record['test_split']}`, beam {record['beam_size']}.\n\n")
     return (head + markdown_table(["arch", "budget (min)", "at (min)", "updates", "val BLEU greedy", "val BLEU",
                                    "val chrF", "test BLEU", "test chrF"], rows)
             + "\n\n" + crossing_text(record) + "\n")
