@@ -69,7 +69,7 @@ def decode_system(run_dir: Path, args: argparse.Namespace) -> dict:
     fp16) on the first ``bs1_sentences``; on CPU all three in int8 too (with and without the shortlist),
     and on a CPU with native bf16 matrix products in bf16. A run without shortlist.npz gets one from
     the training text."""
-    from seq2seq.analysis.evaluation import corpus_scores
+    from seq2seq.metrics import corpus_scores
     from seq2seq.runtime import precision_warning, resolve_device
     from seq2seq.decoding.shortlist import FILE_NAME, Shortlist, build_from_text
     from seq2seq.decoding.translator import Translator, default_batch_size

@@ -14,7 +14,7 @@
    schedule) and keeps a weights snapshot at each (``--keep-last``). A killed run is continued with
    ``--resume`` by running the same command again; a finished one is reused.
 2. **Budgets**: for each of ``--budgets`` (minutes) the snapshot of the validation nearest to it
-   (``seq2seq.analysis.compare.at_budgets``) translates the test split and ``val`` with beam 5; BLEU
+   (``seq2seq.jobs.compare.at_budgets``) translates the test split and ``val`` with beam 5; BLEU
    and chrF (sacreBLEU, cased).
 3. **Curves**: where the validation curves of the first two architectures cross, in minutes and in
    updates (``crossings``); one figure with validation BLEU against wall-clock time and against updates
@@ -90,9 +90,9 @@ def read_split(args: argparse.Namespace, split: str) -> tuple[list[str], list[st
 def budget_scores(run_dir: Path, curve: list[dict], args: argparse.Namespace, splits: dict) -> list[dict]:
     """Per budget the run reached: its validation line, snapshot, and beam-5 scores on each split."""
     from seq2seq import Translator
-    from seq2seq.analysis.compare import at_budgets
-    from seq2seq.analysis.evaluation import corpus_scores
-    from seq2seq.training.kept import KeptCheckpoints
+    from seq2seq.jobs.compare import at_budgets
+    from seq2seq.metrics import corpus_scores
+    from seq2seq.checkpoint.kept import KeptCheckpoints
 
     snapshots = {entry["step"]: run_dir / "checkpoints" / entry["file"] for entry in KeptCheckpoints(run_dir).entries()}
     rows = []
@@ -191,9 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beam-size", type=int, default=5)
     add_run_flags(parser, "budget.json", "continued or reused")
     args = parser.parse_args(argv)
-    from seq2seq.analysis.compare import crossings
-    from seq2seq.analysis.compare.curves import curve_points
-    from seq2seq.analysis.compare.decode import validation_curve
+    from seq2seq.jobs.compare import crossings
+    from seq2seq.jobs.compare.curves import curve_points
+    from seq2seq.jobs.compare.decode import validation_curve
 
     runs = runs_dir(args)
     spm = shared_tokenizer(args, runs / "tokenizer")

@@ -52,7 +52,8 @@ def train_both(args: argparse.Namespace, runs: Path) -> dict:
 
 def averages(args: argparse.Namespace, runs: Path) -> dict[str, Path]:
     """Step 2: the K best and K last kept checkpoints of the Transformer, averaged."""
-    from seq2seq.training.kept import KeptCheckpoints, write_average
+    from seq2seq.checkpoint.kept import KeptCheckpoints
+    from seq2seq.checkpoint.average import write_average
 
     kept, written = KeptCheckpoints(runs / "transformer"), {}
     for kind in ("best", "last"):
@@ -63,7 +64,7 @@ def averages(args: argparse.Namespace, runs: Path) -> dict[str, Path]:
 
 def evaluate(systems: dict[str, list[Path]], args: argparse.Namespace) -> dict:
     """Step 3: beam-5 BLEU / chrF of every system on the test and validation splits."""
-    from seq2seq.analysis.evaluation import corpus_scores
+    from seq2seq.metrics import corpus_scores
     from seq2seq.decoding.translator import Translator
 
     splits = {split: [(args.data_dir / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()

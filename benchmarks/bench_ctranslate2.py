@@ -61,7 +61,7 @@ def engines(checkpoint: Path, ct2_dir: Path, threads: int) -> dict:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from seq2seq.analysis.evaluation import corpus_scores
+    from seq2seq.metrics import corpus_scores
     from seq2seq.decoding.translator import Translator, default_batch_size
 
     threads = args.threads or os.cpu_count()

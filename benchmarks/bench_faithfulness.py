@@ -8,7 +8,7 @@ method gives every source word w (``word_spans`` of the source pieces, EOS exclu
 importance for the output, imp(w) = the sum over w's pieces and the target rows t < T+1 (EOS row
 excluded) of the method's non-negative matrix: attention weights (``--align-layer`` /
 ``--align-heads`` aggregate), the ``scores`` of an attribution method (see
-``seq2seq.analysis.attribution``: gradient-weighted attention with the same layer / heads, |gradient
+``seq2seq.attribution``: gradient-weighted attention with the same layer / heads, |gradient
 x input|, |integrated gradients|, max(occlusion, 0), max(LIME, 0), max(KernelSHAP, 0)), or a random
 order (``random``, seeded). Words are ranked by imp (ties: earlier word first), and the same y is
 re-scored by teacher forcing, in nats of the whole output incl. EOS, with F(x) = log p(y | x):
@@ -39,12 +39,13 @@ from pathlib import Path
 
 import numpy as np
 
-from seq2seq.analysis.alignment import aggregate, word_spans
-from seq2seq.analysis.attribution import METHODS as ATTRIBUTION_METHODS, attribute
-from seq2seq.analysis.perturbation import DEFAULT_SAMPLES
+from seq2seq.alignment.matrices import aggregate, word_spans
+from seq2seq.attribution.base import METHODS as ATTRIBUTION_METHODS
+from seq2seq.attribution.attribute import attribute
+from seq2seq.attribution.perturbation import DEFAULT_SAMPLES
 from seq2seq.cli import run_cli
 from seq2seq.decoding.scoring import teacher_force
-from seq2seq.decoding.stream import check_layer_heads
+from seq2seq.alignment.matrices import check_layer_heads
 from seq2seq.decoding.translator import Translator, read_lines
 from seq2seq.errors import UserError
 from seq2seq.io_utils import display_path, markdown_table
@@ -189,7 +190,7 @@ def faithfulness_table(record: dict) -> str:
 
 def faithfulness_plot(record: dict, path: Path) -> list[Path]:
     """Deletion and insertion AOPC per method (groups), one bar per model and curve."""
-    from seq2seq.analysis.plotting import plot_grouped_bars
+    from seq2seq.alignment.plotting import plot_grouped_bars
 
     methods = record["settings"]["methods"]
     series = {f"{m['label']} {curve}": [m["methods"][method][curve]["aopc"] for method in methods]

@@ -104,7 +104,7 @@ def train_run(positional: str, args: argparse.Namespace, data_dir: Path, run_dir
 
 def decode_run(run_dir: Path, args: argparse.Namespace, buckets: list[dict]) -> dict:
     """Step 3: beam 5 from best.pt on the test split (overall and per bucket) and the full val split."""
-    from seq2seq.analysis.evaluation import corpus_scores
+    from seq2seq.metrics import corpus_scores
     from seq2seq.decoding.translator import Translator, default_batch_size
 
     translator = Translator.from_checkpoint(run_dir / "best.pt", device=args.device)
@@ -122,7 +122,7 @@ def decode_run(run_dir: Path, args: argparse.Namespace, buckets: list[dict]) -> 
 
 
 def bucket_score(bucket: dict, sources: list[str], hyps: list[str], references: list[str]) -> dict:
-    from seq2seq.analysis.evaluation import corpus_scores
+    from seq2seq.metrics import corpus_scores
 
     rows = [i for i, source in enumerate(sources) if in_bucket(words(source), bucket)]
     entry = {**bucket, "sentences": len(rows), "bleu": None, "length_ratio": None}

@@ -55,7 +55,7 @@ def train_command(args: argparse.Namespace, out: Path, system: str, precision: s
 
 def decode_against_cpu(run_dir: Path, args: argparse.Namespace) -> dict:
     """Test-split decoding on CUDA in several modes against CPU decoding of the same checkpoint."""
-    from seq2seq.analysis.evaluation import corpus_scores
+    from seq2seq.metrics import corpus_scores
     from seq2seq.decoding.translator import Translator
 
     sources = (args.data_dir / f"{args.test_split}.{args.src}").read_text(encoding="utf-8").splitlines()
@@ -92,7 +92,7 @@ def decode_against_cpu(run_dir: Path, args: argparse.Namespace) -> dict:
 def attribution_against_cpu(run_dir: Path, sentences: list[str]) -> dict:
     import numpy as np
 
-    from seq2seq.analysis.attribution import attribute_translation
+    from seq2seq.attribution.attribute import attribute_translation
     from seq2seq.decoding.translator import Translator
 
     cpu = Translator.from_checkpoint(run_dir / "best.pt", device="cpu")

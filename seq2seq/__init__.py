@@ -14,14 +14,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from .version import __version__ as __version__  # noqa: F401  (re-exported)
 
 _EXPORTS = {
     "DataConfig": "config", "DecodeConfig": "config", "ModelConfig": "config", "RunConfig": "config",
     "TrainConfig": "config", "PRESETS": "config",
     "UserError": "errors",
     "build_model": "models",
-    "TrainResult": "training.trainer", "train": "training.trainer",
+    "TrainResult": "training.run", "train": "training.run",
     "Translation": "decoding.translator", "Translator": "decoding.translator",
 }
 __all__ = ["DataConfig", "DecodeConfig", "ModelConfig", "PRESETS", "RunConfig", "TrainConfig", "TrainResult",
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports
     from .config import PRESETS, DataConfig, DecodeConfig, ModelConfig, RunConfig, TrainConfig
     from .errors import UserError
     from .models import build_model
-    from .training.trainer import TrainResult, train
+    from .training.run import TrainResult, train
     from .decoding.translator import Translation, Translator
 
 

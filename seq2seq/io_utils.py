@@ -9,6 +9,7 @@ process umask (``tempfile.mkstemp`` alone would leave it private, 0600).
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 import uuid
@@ -16,6 +17,8 @@ from contextlib import contextmanager
 from itertools import islice
 from pathlib import Path
 from typing import IO, Iterable, Iterator, Sequence, TypeVar
+
+from .errors import UserError
 
 T = TypeVar("T")
 
@@ -80,3 +83,30 @@ def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
     iterator = iter(items)
     while chunk := list(islice(iterator, size)):
         yield chunk
+
+
+@contextmanager
+def atomic_directory(path: str | Path, force: bool = False, flag: str = "OUT") -> Iterator[Path]:
+    """Yield an empty temp directory beside ``path`` that becomes ``path`` if the block succeeds and is
+    removed if it fails (an error or Ctrl-C), so a directory of several files (an export, a report)
+    appears whole or not at all. An existing ``path`` is refused unless ``force``, and then replaced
+    only once the new one is complete."""
+    path = Path(path)
+    if path.exists() and not force:
+        raise UserError(f"{flag} {path} already exists; choose a new directory or pass --force to replace it")
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{flag} {path} is a file, not a directory; choose another path")
+    tmp = temp_path_beside(path)
+    tmp.mkdir(mode=0o777 & ~current_umask())
+    try:
+        yield tmp
+        if path.exists():  # --force: the old directory goes only once the new one is complete
+            old = temp_path_beside(path)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -13,8 +13,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from .training.distributed import env_rank
 from .errors import UserError
+
+
+def env_rank() -> int:
+    """This process's rank as torchrun announced it (0 without torchrun), known before the group exists."""
+    return int(os.environ.get("RANK", "0"))
 
 
 def resolve_device(name: str) -> torch.device:

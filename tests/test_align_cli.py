@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from seq2seq.cli import align
-from seq2seq.analysis.alignment import alignment_error_rate, merge_to_words, parse_pharaoh, read_pharaoh_file
+from seq2seq.alignment.links import alignment_error_rate, parse_pharaoh, read_pharaoh_file
+from seq2seq.alignment.matrices import merge_to_words
 from seq2seq.config import ModelConfig, RunConfig
 from seq2seq.models import build_model
-from seq2seq.training.trainer import train
+from seq2seq.training.run import train
 from seq2seq.decoding.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,24 +4,13 @@ import json
 import numpy as np
 import pytest
 
-from seq2seq.analysis.alignment import (
-    AlignmentRecord,
-    AlignmentWriter,
-    aggregate,
-    alignment_error_rate,
-    argmax_alignment,
-    drop_eos,
-    grow_diag_final,
-    intersect_alignments,
-    links_to_words,
-    merge_to_words,
-    parse_pharaoh,
-    read_pharaoh_file,
-    threshold_alignment,
-    to_pharaoh,
-    transpose_links,
-    word_spans,
-    words_from_pieces,
+from seq2seq.alignment.records import AlignmentRecord, AlignmentWriter
+from seq2seq.alignment.matrices import (
+    aggregate, drop_eos, links_to_words, merge_to_words, word_spans, words_from_pieces,
+)
+from seq2seq.alignment.links import (
+    alignment_error_rate, argmax_alignment, grow_diag_final, intersect_alignments, parse_pharaoh, read_pharaoh_file,
+    threshold_alignment, to_pharaoh, transpose_links,
 )
 from seq2seq.errors import UserError
 

@@ -10,15 +10,16 @@ import numpy as np
 import pytest
 import torch
 
-from seq2seq.analysis.alignment import argmax_alignment
-from seq2seq.analysis.corpus import (CLASSES, RowStatistics, SourceMass, cross_attention_layers, diagonal_distance,
-                                     entropy, function_words, gini, head_aer, masked_heads, normalized_entropy,
-                                     piece_classes, pruning_order)
+from seq2seq.alignment.links import argmax_alignment
+from seq2seq.jobs.analyze import (
+    CLASSES, RowStatistics, SourceMass, cross_attention_layers, diagonal_distance, entropy, function_words, gini,
+    head_aer, masked_heads, normalized_entropy, piece_classes, pruning_order,
+)
 from seq2seq.cli.analyze import main
 from seq2seq.config import ModelConfig, RunConfig
 from seq2seq.models import build_model
 from seq2seq.toy import toy_corpus
-from seq2seq.training.trainer import train
+from seq2seq.training.run import train
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from seq2seq.nn.attention import (
-    SCORES, MultiHeadAttention, RecurrentAttention, build_score, causal_mask, masked_softmax,
-    padding_mask, scaled_dot_product,
+    SCORES, MultiHeadAttention, RecurrentAttention, build_score, causal_mask, masked_softmax, padding_mask,
+    scaled_dot_product,
 )
 from seq2seq.errors import UserError
 

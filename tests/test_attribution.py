@@ -11,9 +11,11 @@ import pytest
 import torch
 from torch import nn
 
-from seq2seq.analysis.alignment import merge_to_words
-from seq2seq.analysis.attribution import (METHODS, Attribution, attribute, grad_weighted_attention, gradient_x_input,
-                                          integrated_gradients, occlusion)
+from seq2seq.alignment.matrices import merge_to_words
+from seq2seq.attribution.base import METHODS, Attribution
+from seq2seq.attribution.attribute import attribute
+from seq2seq.attribution.gradients import grad_weighted_attention, gradient_x_input, integrated_gradients
+from seq2seq.attribution.perturbation import occlusion
 from seq2seq.decoding.scoring import eval_mode, teacher_force
 from seq2seq.config import ModelConfig
 from seq2seq.errors import UserError
@@ -189,7 +191,7 @@ def test_translate_offers_every_method():
 def test_int8_models_get_occlusion_and_a_clear_error_for_gradients():
     """An int8 model (translate.py --precision int8) has no gradients: occlusion still works, the
     gradient methods say so instead of failing inside autograd."""
-    from seq2seq.decoding.quantize import quantize_for_decoding
+    from seq2seq.nn.quantize import quantize_for_decoding
 
     model = make("transformer")
     int8 = quantize_for_decoding(model)
@@ -271,7 +273,7 @@ def test_hand_written_gradients_equal_captums(arch):
     InputXGradient on the source embedding output. LayerIntegratedGradients hooks a module, so the
     model gets a source embedding of its own (a shared table would scale the target side too)."""
     captum = pytest.importorskip("captum.attr")
-    from seq2seq.analysis.attribution import _replace_source_embedding
+    from seq2seq.attribution.gradients import _replace_source_embedding
     from seq2seq.decoding.scoring import pad_ids, target_tensors
 
     model = make(arch, share_source_embeddings=False)

@@ -9,9 +9,11 @@ import torch
 from seq2seq.cli import main as seq2seq_main
 from seq2seq.decoding.translator import Translator
 from seq2seq.errors import UserError
-from seq2seq.training.checkpoint import load_checkpoint, save_checkpoint
-from seq2seq.training.kept import KeptCheckpoints, average_checkpoints
-from seq2seq.training.trainer import Trainer, train
+from seq2seq.checkpoint.file import load_checkpoint, save_checkpoint
+from seq2seq.checkpoint.kept import KeptCheckpoints
+from seq2seq.checkpoint.average import average_checkpoints
+from seq2seq.training.trainer import Trainer
+from seq2seq.training.run import train
 from test_training import tiny_config
 
 

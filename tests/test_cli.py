@@ -145,7 +145,7 @@ def _checkpoint_like(checkpoint: Path, path: Path, tokenizer=None, **model) -> P
 
     from seq2seq.config import ModelConfig, RunConfig
     from seq2seq.models import build_model
-    from seq2seq.training.checkpoint import bytes_to_tensor, load_checkpoint, save_checkpoint
+    from seq2seq.checkpoint.file import bytes_to_tensor, load_checkpoint, save_checkpoint
 
     payload = load_checkpoint(checkpoint)
     if tokenizer is not None:
@@ -225,7 +225,7 @@ def test_translate_errors_are_one_line_without_traceback(checkpoint, tmp_path, a
 
 
 def test_run_config_yaml_reproduces_the_runs_config(checkpoint):
-    from seq2seq.training.checkpoint import load_checkpoint
+    from seq2seq.checkpoint.file import load_checkpoint
     from seq2seq.cli import config_from_flags
     from seq2seq.config import RunConfig
 

@@ -10,23 +10,15 @@ import numpy as np
 import pytest
 
 from seq2seq.cli.compare import main, parse_args
-from seq2seq.analysis.compare import (
-    at_budgets,
-    budget_summary,
-    check_sentence_ids,
-    crossings,
-    compare,
-    forced_attention,
-    length_buckets,
-    pick_sentences,
-    significance,
-    input_files,
+from seq2seq.jobs.compare import (
+    at_budgets, budget_summary, check_sentence_ids, crossings, compare, forced_attention, length_buckets,
+    pick_sentences, significance, input_files,
 )
 from seq2seq.config import RunConfig
 from seq2seq.errors import UserError
-from seq2seq.analysis.plotting import plot_grouped_bars, plot_learning_curves
+from seq2seq.alignment.plotting import plot_grouped_bars, plot_learning_curves
 from seq2seq.toy import toy_corpus
-from seq2seq.training.trainer import train
+from seq2seq.training.run import train
 from seq2seq.decoding.translator import Translator
 
 
@@ -231,7 +223,7 @@ def test_budgets_read_the_validation_nearest_each_budget_and_only_within_the_run
     [crossed] = summary["crossings"]
     assert crossed["system"] == "transformer" and crossed["baseline"] == "rnn"
     assert [c["leader"] for c in crossed["minutes"]] == ["a"] and crossed["steps"][0]["x"] == pytest.approx(450)
-    from seq2seq.analysis.compare.render import budgets_section
+    from seq2seq.jobs.compare.render import budgets_section
 
     lines = "\n".join(budgets_section({"budgets": summary}))
     assert "| rnn | 2.00 (5.1 min, 200 steps) | 4.00 (10.1 min, 400 steps) |" in lines

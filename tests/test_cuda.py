@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from seq2seq.errors import UserError
-from seq2seq.training.checkpoint import load_checkpoint
-from seq2seq.training.trainer import train
+from seq2seq.checkpoint.file import load_checkpoint
+from seq2seq.training.run import train
 from seq2seq.decoding.translator import Translator
 from test_training import tiny_config
 
@@ -90,7 +90,7 @@ def test_half_precision_decoding_on_cuda(cuda_run, precision):
 
 
 def test_attribution_on_cuda_matches_cpu(cuda_run):
-    from seq2seq.analysis.attribution import attribute_translation
+    from seq2seq.attribution.attribute import attribute_translation
 
     cpu = Translator.from_checkpoint(cuda_run / "best.pt", device="cpu")
     gpu = Translator.from_checkpoint(cuda_run / "best.pt", device="cuda")

@@ -11,21 +11,8 @@ from datasets import Dataset, DatasetDict, concatenate_datasets
 
 from seq2seq.config import DataConfig
 from seq2seq.data import (
-    Batch,
-    TokenBatchSampler,
-    TokenColumns,
-    clean_corpus,
-    collate,
-    corpus_fingerprint,
-    encode_corpus,
-    hub_to_pairs,
-    load_corpus,
-    load_hub,
-    load_table_files,
-    load_text_dir,
-    make_batches,
-    pairs_dataset,
-    prepare_corpus,
+    Batch, TokenBatchSampler, TokenColumns, clean_corpus, collate, corpus_fingerprint, encode_corpus, hub_to_pairs,
+    load_corpus, load_hub, load_table_files, load_text_dir, make_batches, pairs_dataset, prepare_corpus,
     prepare_data,
 )
 from seq2seq.data import prepare as prepare_module

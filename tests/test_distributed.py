@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq.training.checkpoint import load_checkpoint
+from seq2seq.checkpoint.file import load_checkpoint
 from seq2seq.cli import add_config_flags, build_run_config
-from seq2seq.training.trainer import train
+from seq2seq.training.run import train
 
 ROOT = Path(__file__).resolve().parents[1]
 # 300 toy pairs at --max-tokens 200 make 19 batches: 9 steps per epoch on 2 ranks (one batch dropped),

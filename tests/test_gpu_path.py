@@ -169,7 +169,7 @@ def test_training_reads_the_loss_from_the_device_only_on_log_steps(tmp_path, mon
     """``loss.item()`` per micro-batch made the host wait for the GPU at every step; the loop now
     reads the (device) loss once per logged step."""
     from seq2seq.cli import config_from_flags
-    from seq2seq.training.trainer import train as train_run
+    from seq2seq.training.run import train as train_run
 
     reads = []
     original = torch.Tensor.__float__
@@ -198,7 +198,7 @@ def test_precision_auto_picks_bf16_only_where_the_hardware_runs_it_natively(monk
 
 def test_training_with_precision_auto_logs_its_choice(tmp_path, monkeypatch, capsys):
     from test_training import tiny_config
-    from seq2seq.training.trainer import train as train_run
+    from seq2seq.training.run import train as train_run
 
     monkeypatch.setattr("seq2seq.runtime.cpu_has_native_bf16", lambda: False)
     train_run(tiny_config(tmp_path / "run", max_steps=2, eval_every=0, precision="auto", device="cpu"))

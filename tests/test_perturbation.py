@@ -1,4 +1,4 @@
-"""LIME and KernelSHAP over source words (seq2seq.analysis.perturbation): KernelSHAP's efficiency
+"""LIME and KernelSHAP over source words (seq2seq.attribution.perturbation): KernelSHAP's efficiency
 and its convergence to the Shapley values, one word, seeds, words spread over their pieces,
 the sample budget, a missing Captum; and the faithfulness benchmark on two tiny checkpoints."""
 from __future__ import annotations
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from seq2seq.analysis.attribution import attribute
-from seq2seq.analysis.perturbation import explain_words, min_samples
+from seq2seq.attribution.attribute import attribute
+from seq2seq.attribution.perturbation import explain_words, min_samples
 from seq2seq.config import ModelConfig
 from seq2seq.decoding.scoring import teacher_force
 from seq2seq.errors import UserError
@@ -127,7 +127,7 @@ def test_missing_captum_names_the_extra(monkeypatch):
 def checkpoints(tmp_path_factory, tiny_tokenizer):
     """Untrained tiny RNN and Transformer checkpoints sharing the tiny tokenizer."""
     from seq2seq.config import RunConfig
-    from seq2seq.training.checkpoint import bytes_to_tensor, save_checkpoint
+    from seq2seq.checkpoint.file import bytes_to_tensor, save_checkpoint
 
     out = tmp_path_factory.mktemp("faithfulness")
     paths = []

@@ -5,16 +5,10 @@ import matplotlib
 import numpy as np
 import pytest
 
-from seq2seq.analysis import plotting
-from seq2seq.analysis.alignment import AlignmentRecord
-from seq2seq.analysis.plotting import (
-    has_cjk,
-    output_paths,
-    plot_alignment,
-    plot_attention_grid,
-    plot_curves,
-    plot_records,
-    plot_side_by_side,
+from seq2seq.alignment import plotting
+from seq2seq.alignment.records import AlignmentRecord
+from seq2seq.alignment.plotting import (
+    has_cjk, output_paths, plot_alignment, plot_attention_grid, plot_curves, plot_records, plot_side_by_side,
 )
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

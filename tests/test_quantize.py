@@ -1,10 +1,10 @@
-"""int8 decoding (seq2seq.decoding.quantize): split RNN cells are the fused cells, quantized models stay close
+"""int8 decoding (seq2seq.nn.quantize): split RNN cells are the fused cells, quantized models stay close
 to fp32 and decode end to end (search, shortlists, attention export)."""
 import pytest
 import torch
 
 from seq2seq.models.rnn import StackedRNN
-from seq2seq.decoding.quantize import quantize_for_decoding
+from seq2seq.nn.quantize import quantize_for_decoding
 from seq2seq.decoding.search import beam_search, greedy_search
 from test_models import make_model, reverse_batch, train
 

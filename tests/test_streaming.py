@@ -15,7 +15,7 @@ from seq2seq.data.streaming import StreamBatcher, load_stream_corpus, prepare_st
 from seq2seq.errors import UserError
 from seq2seq.tokenizer import Tokenizer
 from seq2seq.toy import write_toy_corpus
-from seq2seq.training.trainer import train
+from seq2seq.training.run import train
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_training import assert_same_weights, tiny_config  # noqa: E402

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from seq2seq.errors import UserError
-from seq2seq.training.trainer import train
+from seq2seq.training.run import train
 from test_training import tiny_config
 
 

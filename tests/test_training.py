@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from seq2seq.training.checkpoint import load_checkpoint
+from seq2seq.checkpoint.file import load_checkpoint
 from seq2seq.config import RunConfig
 from seq2seq.errors import UserError
-from seq2seq.training.trainer import Trainer, train
+from seq2seq.training.trainer import Trainer
+from seq2seq.training.run import train
 from seq2seq.decoding.translator import Translator
 
 
@@ -281,7 +282,7 @@ def test_rng_state_holds_only_the_training_device_and_restores_on_fewer_gpus():
     """A CPU rank saves no GPU state (and never initialises CUDA); a checkpoint saved with more GPUs
     (older format: every visible GPU's state) restores on a CPU or on a GPU index it lacks without
     an IndexError from torch.cuda.set_rng_state_all."""
-    from seq2seq.training.checkpoint import rng_state, set_rng_state
+    from seq2seq.training.rng import rng_state, set_rng_state
 
     state = rng_state("cpu")
     assert "cuda" not in state

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from seq2seq.analysis.viewer import SCALE, ViewerWriter, viewer_sentence
+from seq2seq.alignment.viewer import SCALE, ViewerWriter, viewer_sentence
 from seq2seq.cli import translate, view
 from test_align_cli import checkpoint  # noqa: F401  (the tiny 2-layer, 2-head Transformer fixture)
 
@@ -139,7 +139,7 @@ def test_script_tags_and_html_characters_are_escaped(tmp_path):
     ((1, 1), -2, "mean", ["0", "0"]),  # an RNN: no means to choose
 ])
 def test_layer_and_head_choices_start_at_the_exports_aggregate(shape, layer, heads, default):
-    from seq2seq.analysis.alignment import AlignmentRecord
+    from seq2seq.alignment.records import AlignmentRecord
 
     rng = np.random.default_rng(0)
     attention = rng.random((*shape, 4, 5)).astype(np.float32)

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(usage())
         return 0 if argv else 2
     if argv[0] in ("-V", "--version"):
-        from .. import __version__
+        from ..version import __version__
 
         print(f"seq2seq {__version__}")
         return 0

@@ -4,7 +4,7 @@ recall, AER), forward and, with a target->source model, symmetrized.
     seq2seq align --checkpoint RUN/best.pt --source test.de --target test.en --gold test.talp \\
         [--backward-checkpoint RUN_EN_DE/best.pt] [--output links.txt]
 
-See ``seq2seq/align.py`` for how the target is force-decoded and links are read.
+See ``seq2seq/jobs/align.py`` for how the target is force-decoded and links are read.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def parse_args(argv: list[str] | None):
 
 @run_cli
 def main(argv: list[str] | None = None) -> int:
-    from ..analysis.align import evaluate
+    from ..jobs.align import evaluate
 
     evaluate(parse_args(argv))
     return 0

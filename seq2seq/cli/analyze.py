@@ -1,6 +1,6 @@
 """``seq2seq analyze``: attention statistics per layer and head over a corpus, head importance and
 pruning, where attention goes; a report directory (markdown, JSON, plots). See
-``seq2seq/analysis/corpus/`` for what the report holds and docs/guides/analyzing.md for the statistics.
+``seq2seq/jobs/analyze/`` for what the report holds and docs/guides/analyzing.md for the statistics.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from .common import add_alignment_flags, add_device_flag, check_alignment_flags,
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from ..analysis.corpus import __doc__ as description
+    from ..jobs.analyze import __doc__ as description
 
     p = parser_for("analyze", description)
     p.add_argument("--checkpoint", nargs="+", required=True, metavar="RUN_OR_CKPT",
@@ -51,7 +51,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 @run_cli
 def main(argv: list[str] | None = None) -> int:
-    from ..analysis.corpus import analyze
+    from ..jobs.analyze import analyze
 
     analyze(parse_args(argv))
     return 0

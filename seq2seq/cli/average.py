@@ -28,7 +28,7 @@ def parse_args(argv: list[str] | None):
 
 def checkpoint_paths(args) -> list[Path]:
     """The files to average: listed, or chosen from a run directory's kept checkpoints."""
-    from ..training.kept import KeptCheckpoints
+    from ..checkpoint.kept import KeptCheckpoints
 
     paths = [Path(p) for p in args.checkpoint]
     count = args.best if args.best is not None else args.last
@@ -46,7 +46,7 @@ def checkpoint_paths(args) -> list[Path]:
 
 @run_cli
 def main(argv: list[str] | None = None) -> int:
-    from ..training.kept import write_average
+    from ..checkpoint.average import write_average
 
     args = parse_args(argv)
     paths = checkpoint_paths(args)

@@ -14,8 +14,10 @@ import sys
 import typing
 from typing import Any, Callable, Literal, get_type_hints
 
-from ..config import (ARCH_DEFAULTS, DEFAULT_BEAM_SIZE, PRESETS, SECTIONS, DecodeConfig, RunConfig, load_config_file,
-                      merge_layers, preset)
+from ..config import (
+    ARCH_DEFAULTS, DEFAULT_BEAM_SIZE, PRESETS, SECTIONS, DecodeConfig, RunConfig, load_config_file, merge_layers,
+    preset,
+)
 from ..errors import UserError
 
 VOCABULARY = """\

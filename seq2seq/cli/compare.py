@@ -1,6 +1,6 @@
 """``seq2seq compare``: a side-by-side report of several trained systems on one test set
 (BLEU / chrF with significance, length buckets, attention plots, optionally AER). See
-``seq2seq/analysis/compare/`` for what the report holds.
+``seq2seq/jobs/compare/`` for what the report holds.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .common import DeprecatedAlias, add_device_flag, parser_for, run_cli
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The options of ``seq2seq compare`` (a Namespace ``seq2seq.compare.compare`` takes)."""
-    from ..analysis.compare import BUDGET_MINUTES, DEFAULT_BUCKETS, __doc__ as description
+    from ..jobs.compare import BUDGET_MINUTES, DEFAULT_BUCKETS, __doc__ as description
 
     parser = parser_for("compare", description)
     parser.add_argument("runs", nargs="+", metavar="RUN_OR_CKPT",
@@ -56,7 +56,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 @run_cli
 def main(argv: list[str] | None = None) -> int:
-    from ..analysis.compare import compare
+    from ..jobs.compare import compare
 
     compare(parse_args(argv))
     return 0

@@ -36,15 +36,15 @@ def parse_args(argv: list[str] | None):
 @run_cli
 def main(argv: list[str] | None = None) -> int:
     from ..decoding.shortlist import FILE_NAME
-    from ..export.directory import atomic_directory
-    from ..training.checkpoint import load_checkpoint
+    from ..io_utils import atomic_directory
+    from ..checkpoint.file import load_checkpoint
 
     args = parse_args(argv)
     checkpoint = Path(args.checkpoint)
     payload = load_checkpoint(checkpoint)  # corrupt / unknown version: a UserError before OUT is touched
     with atomic_directory(args.output, force=args.force) as out:
         if args.format == "safetensors":
-            from ..export.safetensors import write_safetensors
+            from ..checkpoint.safetensors import write_safetensors
 
             run_dir = checkpoint if checkpoint.is_dir() else checkpoint.parent
             write_safetensors(payload, out, shortlist=run_dir / FILE_NAME)

@@ -15,8 +15,9 @@ import dataclasses
 
 from ..config import DEFAULT_BEAM_SIZE, DecodeConfig, check_decoding
 from ..errors import UserError
-from .common import (add_alignment_flags, add_dataclass_flags, add_device_flag, check_alignment_flags, parser_for,
-                     run_cli)
+from .common import (
+    add_alignment_flags, add_dataclass_flags, add_device_flag, check_alignment_flags, parser_for, run_cli,
+)
 
 MISSING_EXTRA = "seq2seq serve needs the serve extra: pip install 'seq2seq[serve]'"
 
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         import uvicorn  # noqa: F401
     except ImportError:
         raise UserError(MISSING_EXTRA) from None
-    from ..decoding.stream import check_layer_heads
+    from ..alignment.matrices import check_layer_heads
     from ..decoding.translator import Translator
     from ..serve.server import run_server
 

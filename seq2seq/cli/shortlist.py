@@ -36,7 +36,7 @@ def parse_args(argv: list[str] | None):
 
 @run_cli
 def main(argv: list[str] | None = None) -> int:
-    from ..training.checkpoint import load_checkpoint, tensor_to_bytes
+    from ..checkpoint.file import load_checkpoint, tensor_to_bytes
     from ..decoding.shortlist import FILE_NAME, build_from_text
     from ..tokenizer import Tokenizer
     from ..decoding.translator import read_lines

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     if not cfg.output_dir:
         name = cfg.model.arch + (f"-{cfg.model.attention}" if cfg.model.arch == "rnn" else "")
         cfg.output_dir = f"checkpoints/{time.strftime('%Y%m%d-%H%M%S')}-{name}"
-    from ..training.trainer import train  # the training loop (and datasets) only when training
+    from ..training.run import train  # the training loop (and datasets) only when training
 
     result = train(cfg, resume=args.resume, quiet=args.quiet, final_test=args.final_test)
     if result.rank != 0:  # torchrun: rank 0 reports

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from ..config import check_decoding
 from ..errors import UserError
-from .common import (add_alignment_flags, add_decode_flags, add_device_flag, check_alignment_flags, parser_for,
-                     run_cli)
+from .common import add_alignment_flags, add_decode_flags, add_device_flag, check_alignment_flags, parser_for, run_cli
 
-#: ``seq2seq.analysis.attribution.METHODS``, spelled out so that parsing flags imports no torch (a test
+#: ``seq2seq.attribution.base.METHODS``, spelled out so that parsing flags imports no torch (a test
 #: keeps the two equal)
 ATTRIBUTION_METHODS = ("gradient", "integrated-gradients", "occlusion", "grad-attention", "lime", "kernel-shap")
 
@@ -82,7 +81,7 @@ def parse_args(argv: list[str] | None):
 
 @run_cli
 def main(argv: list[str] | None = None) -> int:
-    from ..decoding.stream import translate_stream  # torch and the model code only once the flags are valid
+    from ..jobs.translate import translate_stream  # torch and the model code only once the flags are valid
 
     args = parse_args(argv)
     check_alignment_flags(args)

@@ -33,7 +33,7 @@ def parse_args(argv: list[str] | None):
 
 @run_cli
 def main(argv: list[str] | None = None) -> int:
-    from ..analysis.viewer import write_viewer
+    from ..alignment.viewer import write_viewer
 
     args = parse_args(argv)
     jsonl = Path(args.alignments)

@@ -1,2 +1,2 @@
-"""From a trained model to text: greedy and beam search, teacher-forced scoring, the Translator,
-streaming translation with exports, lexical shortlists and int8 quantization."""
+"""From a trained model to text: greedy, beam and sampling search, teacher-forced scoring,
+ensembles, lexical shortlists and the Translator."""

@@ -28,12 +28,13 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ..checkpoint.file import SHORTLIST
 from ..errors import UserError
 from ..io_utils import atomic_output
 from ..tokenizer import EOS_ID
 
 FIRST_REAL_ID = 4  # pad 0, unk 1, bos 2, eos 3: specials never enter the lexicon
-FILE_NAME = "shortlist.npz"  # in the run directory, next to best.pt
+FILE_NAME = SHORTLIST  # in the run directory, next to best.pt
 
 
 def ibm1_table(src_seqs: Sequence[np.ndarray], tgt_seqs: Sequence[np.ndarray], vocab_size: int,

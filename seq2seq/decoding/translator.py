@@ -24,7 +24,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
-from ..training.checkpoint import load_checkpoint, tensor_to_bytes
+from ..checkpoint.file import load_checkpoint, tensor_to_bytes
 from ..config import DEFAULT_BEAM_SIZE, DecodeConfig, RunConfig, check_decoding
 from ..errors import UserError
 from ..models import build_model
@@ -44,7 +44,7 @@ from ..tokenizer import EOS_ID, PAD_ID, Tokenizer
 DECODER_ROWS = 320
 
 DECODING_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
-                   "int8": torch.float32}  # int8: fp32 model, linear layers quantized (seq2seq.decoding.quantize)
+                   "int8": torch.float32}  # int8: fp32 model, linear layers quantized (seq2seq.nn.quantize)
 
 
 def default_batch_size(beam_size: int | None, sample: bool = False, n_best: int = 1) -> int:
@@ -79,15 +79,15 @@ class Translation:
         (the penultimate decoder layer; the only one for RNNs)."""
         if self.attention is None:
             return None
-        from ..analysis.alignment import aggregate
+        from ..alignment.matrices import aggregate
 
         return aggregate(self.attention)
 
     def alignment_record(self, index: int, layer: int | str = -2, heads: str | list[int] = "mean",
                          include_eos: bool = False, method: str = "argmax", threshold: float = 0.3):
         """This translation's attention as an ``AlignmentRecord`` (word merge, Pharaoh links);
-        ``method`` "argmax" | "threshold" extracts the hard links (see seq2seq.analysis.alignment)."""
-        from ..analysis.alignment import AlignmentRecord
+        ``method`` "argmax" | "threshold" extracts the hard links (see seq2seq.alignment)."""
+        from ..alignment.records import AlignmentRecord
 
         if self.attention is None:
             raise ValueError("translate with need_attention=True to get alignments")
@@ -124,7 +124,7 @@ class Translator:
         (measurements: docs/performance.md).
 
         ``precision`` int8 (CPU only) quantizes the linear layers and the decoder's RNN cells
-        (``seq2seq.decoding.quantize``: int8 weights, one scale per row; inputs quantized at each
+        (``seq2seq.nn.quantize``: int8 weights, one scale per row; inputs quantized at each
         call) and needs no half-precision kernels. An input's scale covers its whole batch, so an
         int8 translation can depend on the sentences batched with it.
 
@@ -291,7 +291,7 @@ def _build(path: str | Path, payload: dict, config: RunConfig, device: torch.dev
             f"({str(exc).splitlines()[0][:200]}); was it written by another version?"
         ) from None
     if precision == "int8":
-        from .quantize import quantize_for_decoding
+        from ..nn.quantize import quantize_for_decoding
 
         model = quantize_for_decoding(model)
     return model.to(device, DECODING_DTYPES[precision])

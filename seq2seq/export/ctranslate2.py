@@ -145,7 +145,7 @@ def write_ctranslate2(payload: dict[str, Any], out: Path, source: str, quantizat
     ``out`` (which must exist and be empty), with the SentencePiece model beside it.
     ``quantization`` (e.g. int8) stores the weights quantized; any model can also be quantized
     when loaded (``compute_type``)."""
-    from ..training.checkpoint import tensor_to_bytes
+    from ..checkpoint.file import tensor_to_bytes
 
     config = RunConfig.from_dict(payload["config"], source=source)
     check_convertible(config.model, source)

@@ -81,7 +81,7 @@ class EncoderDecoder(nn.Module):
 
     def output_rows(self, ids: torch.Tensor) -> torch.Tensor:
         """The output layer's rows for the token ids (V',) -> (V', features), for ``decode_step``."""
-        from ..decoding.quantize import output_rows  # an int8 output layer gives its rows in fp32
+        from ..nn.quantize import output_rows  # an int8 output layer gives its rows in fp32
 
         return output_rows(self.generator, ids)
 

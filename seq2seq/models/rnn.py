@@ -67,7 +67,7 @@ class StackedRNN(nn.Module):
 
     def split_cells(self) -> None:
         """Step through one explicit (W_ih x + b_ih, W_hh h + b_hh) pair of nn.Linear per layer
-        instead of the fused cell kernels, so that they can be quantized (``seq2seq.decoding.quantize``)."""
+        instead of the fused cell kernels, so that they can be quantized (``seq2seq.nn.quantize``)."""
         cells = nn.ModuleList()
         for w_ih, w_hh, b_ih, b_hh in self.rnn.all_weights:
             pair = nn.ModuleList([nn.Linear(w_ih.size(1), w_ih.size(0)), nn.Linear(w_hh.size(1), w_hh.size(0))])

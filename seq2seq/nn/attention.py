@@ -116,7 +116,7 @@ class AdditiveScore(Score):
         self.query_proj = nn.Linear(query_dim, hidden, bias=False)  # W
         self.key_proj = nn.Linear(key_dim, hidden, bias=True)  # U (its bias is the layer's bias)
         self.v = nn.Linear(hidden, 1, bias=False)
-        self.v.keep_float = True  # its weight is read directly below: not quantized (seq2seq.decoding.quantize)
+        self.v.keep_float = True  # its weight is read directly below: not quantized (seq2seq.nn.quantize)
 
     def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
         return 2 * self.key_proj(keys)  # (B, S, hidden): 2 U h, once per sentence

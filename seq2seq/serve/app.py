@@ -19,14 +19,14 @@ from functools import partial
 
 from fastapi import FastAPI, HTTPException, Request, Response
 
-from .. import __version__
+from ..version import __version__
 from ..config import check_decoding
 from ..decoding.translator import Translation, Translator
 from ..errors import UserError
 from ..runtime import LOGGER
 from .batcher import Batcher, BatcherClosed, QueueFull
 from .http import BodyLimit, install_error_handlers, json_bytes
-from .schemas import (DecodeOptions, ErrorBody, Health, TranslateRequest, TranslateResponse, sentence_json)
+from .schemas import DecodeOptions, ErrorBody, Health, TranslateRequest, TranslateResponse, sentence_json
 from .settings import Limits, ServeSettings
 
 ERRORS = {code: {"model": ErrorBody, "description": text} for code, text in (

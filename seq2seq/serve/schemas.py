@@ -137,7 +137,7 @@ def _alignment(translation: Translation, index: int, settings: ServeSettings) ->
 
 
 def _attention(translation: Translation) -> dict[str, Any]:
-    from ..analysis.alignment import rounded
+    from ..alignment.records import rounded
 
     weights = translation.attention  # (layers, heads, tgt pieces + EOS, src pieces + EOS)
     return {"shape": list(weights.shape), "src_pieces": translation.src_pieces, "tgt_pieces": translation.tgt_pieces,

@@ -20,12 +20,12 @@ from typing import Callable, Iterator, TypeVar
 
 from datasets import DatasetDict, IterableDataset
 
-from . import distributed
 from ..config import RunConfig
 from ..data import Batch, TokenBatchSampler, TokenColumns, make_batches, prepare_data
 from ..errors import UserError
 from ..runtime import log
 from ..tokenizer import Tokenizer
+from . import distributed
 
 T = TypeVar("T")
 

@@ -24,11 +24,6 @@ WAIT_TIMEOUT = datetime.timedelta(hours=6)  # longest a rank waits for another (
 _cpu_group: Any = None  # gloo group for CPU values; None = the default group (already gloo)
 
 
-def env_rank() -> int:
-    """This process's rank as torchrun announced it (0 without torchrun), known before the group exists."""
-    return int(os.environ.get("RANK", "0"))
-
-
 def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 

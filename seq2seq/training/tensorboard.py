@@ -58,7 +58,7 @@ class TensorBoardLog:
         """Heatmaps of ``translations`` (``Translation`` objects with attention) as ``attention/N``."""
         if self.writer is None:
             return
-        from ..analysis.plotting import label_fonts, alignment_figure
+        from ..alignment.plotting import alignment_figure, label_fonts
 
         for index, translation in enumerate(translations):
             record = translation.alignment_record(index)

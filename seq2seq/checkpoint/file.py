@@ -1,0 +1,77 @@
+"""Checkpoints: one self-contained file per save, written atomically, loaded without unpickling code.
+
+A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts, so it loads with
+``torch.load(..., weights_only=True)``: loading never executes pickled code. It holds
+
+    format_version  int           bumped when the layout changes incompatibly
+    config          dict          the full RunConfig (translate.py needs nothing else)
+    tokenizer       uint8 tensor  the serialized SentencePiece model
+    model           state_dict
+    optimizer, scheduler, scaler  state_dicts (training only)
+    progress        dict          step, epoch, batch position, best BLEU, elapsed time, ...
+    rng             dict          torch / CUDA / numpy / python RNG states
+
+``load_checkpoint`` also reads a directory written by ``seq2seq export --format safetensors``
+(config, tokenizer and model only: ``seq2seq.checkpoint.safetensors``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import UserError
+from ..io_utils import atomic_output
+
+FORMAT_VERSION = 1
+
+#: File names inside a run directory (RUN/), read by every command that takes ``--checkpoint RUN``.
+BEST, LAST, SHORTLIST = "best.pt", "last.pt", "shortlist.npz"
+
+
+def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
+    """Write ``payload`` to ``path`` atomically (temp file in the same directory, then rename)."""
+    with atomic_output(path, "wb") as handle:
+        torch.save({"format_version": FORMAT_VERSION, **payload}, handle)
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Load a checkpoint (a .pt file, a run directory: its best.pt, else last.pt, or an exported
+    safetensors directory) safely; any problem becomes a UserError naming the file."""
+    path = Path(path)
+    if path.is_dir():
+        from .safetensors import is_exported, read_safetensors
+
+        if is_exported(path):
+            return read_safetensors(path)
+        path = path / "best.pt" if (path / "best.pt").is_file() else path / "last.pt"
+    if not path.is_file():
+        raise UserError(f"checkpoint {path}: no such file (pass a .pt file or a run directory)")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise UserError(
+            f"checkpoint {path}: cannot be read as a seq2seq checkpoint ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:200]}); it may be truncated, corrupt or not a checkpoint"
+        ) from None
+    if not isinstance(payload, dict) or "format_version" not in payload:
+        raise UserError(f"checkpoint {path}: not a seq2seq checkpoint (no format_version)")
+    version = payload["format_version"]
+    if version != FORMAT_VERSION:
+        raise UserError(
+            f"checkpoint {path}: format version {version}, this seq2seq reads version "
+            f"{FORMAT_VERSION}; use the seq2seq release that wrote it or retrain"
+        )
+    for key in ("config", "tokenizer", "model"):
+        if key not in payload:
+            raise UserError(f"checkpoint {path}: missing '{key}'; the file is incomplete")
+    return payload
+
+
+def bytes_to_tensor(data: bytes) -> torch.Tensor:
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).clone()
+
+
+def tensor_to_bytes(tensor: torch.Tensor) -> bytes:
+    return tensor.numpy().tobytes()

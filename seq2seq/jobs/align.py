@@ -1,0 +1,121 @@
+"""Alignment quality against gold links: ``seq2seq align``.
+
+    seq2seq align --checkpoint RUN/best.pt --source test.de --target test.en \\
+        --gold test.talp [--backward-checkpoint RUN_EN_DE/best.pt] [--output links.txt]
+
+Gold alignments refer to the given (reference) translation, not to what the model would produce,
+so the target is force-decoded: one teacher-forced pass gives the attention over the source for
+every target token. Attention is aggregated (``--align-layer``, default the penultimate decoder layer;
+``--align-heads``, default their mean), merged to words (words = SentencePiece '▁' boundaries = the
+whitespace tokens of the files, so pass the files tokenized as the gold alignments are), EOS is
+dropped, and hard links are read with ``--align-method`` argmax or threshold.
+
+With ``--backward-checkpoint`` (a target->source model) the target is aligned to the source too;
+its links are transposed to (source, target) and symmetrized by intersection and grow-diag-final.
+Precision, recall and AER (Och & Ney 2003) are printed for every available direction; the links
+of ``--symmetrize`` (default: intersection with a backward model, else forward) are written to
+``--output`` as 0-based Pharaoh ``i-j`` lines (source-target), one per sentence.
+
+Gold file: one line per sentence, 0-based ``i-j`` (or ``i-j-S``) sure links, ``i?j`` (or
+``i-j-P``) possible links.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Sequence
+
+from ..alignment.links import (
+    AlignmentScores,
+    alignment_error_rate,
+    extract_links,
+    grow_diag_final,
+    intersect_alignments,
+    read_gold_alignments,
+    to_pharaoh,
+    transpose_links,
+)
+from ..alignment.matrices import Link, check_layer_heads, words_from_pieces
+from ..alignment.records import AlignmentRecord
+from ..decoding.scoring import teacher_force
+from ..decoding.translator import Translator, read_lines
+from ..errors import UserError
+from ..io_utils import atomic_output, markdown_table
+from ..runtime import LOGGER
+from ..tokenizer import EOS_ID
+
+
+def force_align(translator: Translator, sources: Sequence[str], targets: Sequence[str],
+                layer: int | str = -2, heads: str | list[int] = "mean", method: str = "argmax",
+                threshold: float = 0.3, batch_size: int = 32,
+                names: tuple[str, str] = ("source", "target")) -> list[set[Link]]:
+    """Word-level (src, tgt) links per sentence pair from the attention of a teacher-forced pass
+    over the given targets. ``names`` label the files in errors."""
+    tok = translator.tokenizer
+    src_ids = [tok.encode(s) + [EOS_ID] for s in sources]
+    tgt_ids = [tok.encode(t) for t in targets]
+    order = sorted(range(len(sources)), key=lambda i: -len(src_ids[i]))  # similar lengths per batch
+    _, attention = teacher_force(translator.model, [src_ids[i] for i in order],
+                                 [tgt_ids[i] for i in order], need_attention=True, batch_size=batch_size,
+                                 need_scores=False)
+    links: list[set[Link]] = [set()] * len(sources)
+    for i, attn in zip(order, attention):
+        src_pieces, tgt_pieces = tok.pieces(src_ids[i][:-1]), tok.pieces(tgt_ids[i])
+        for name, pieces, text in ((names[0], src_pieces, sources[i]), (names[1], tgt_pieces, targets[i])):
+            if len(words_from_pieces(pieces)) != len(text.split()):
+                LOGGER.warning(f"warning: {name} line {i + 1}: {len(text.split())} whitespace words but "
+                               f"{len(words_from_pieces(pieces))} after tokenization; word indices may be off")
+        record = AlignmentRecord.build(i, sources[i], targets[i], src_pieces, tgt_pieces, attn,
+                                       layer=layer, heads=heads, method=method, threshold=threshold)
+        links[i] = extract_links(record.words, method, threshold)
+    return links
+
+
+def _read_parallel(args: argparse.Namespace) -> tuple[list[str], list[str], list[set[Link]], list[set[Link]]]:
+    for flag, path in (("--source", args.source), ("--target", args.target), ("--gold", args.gold)):
+        if not Path(path).is_file():
+            raise UserError(f"{flag} {path}: no such file")
+    sources, targets = list(read_lines(args.source)), list(read_lines(args.target))
+    if len(sources) != len(targets):
+        raise UserError(f"--source {args.source} has {len(sources)} lines but --target {args.target} has "
+                        f"{len(targets)}; they must correspond line by line")
+    sure, possible = read_gold_alignments(args.gold, sources, targets)
+    return sources, targets, sure, possible
+
+
+def evaluate(args: argparse.Namespace) -> dict[str, AlignmentScores]:
+    """Align, score every direction, write --output; returns the scores by name."""
+    sources, targets, sure, possible = _read_parallel(args)
+    settings = dict(method=args.align_method, threshold=args.align_threshold, batch_size=args.batch_size)
+    forward = Translator.from_checkpoint(args.checkpoint, device=args.device)
+    layer, heads = check_layer_heads(args.align_layer, args.align_heads, forward.model)
+    systems = {"forward": force_align(forward, sources, targets, layer, heads, **settings,
+                                      names=(f"--source {args.source}", f"--target {args.target}"))}
+    if args.backward_checkpoint:
+        backward = Translator.from_checkpoint(args.backward_checkpoint, device=args.device)
+        b_layer, b_heads = check_layer_heads(args.align_layer, args.align_heads, backward.model)
+        links = force_align(backward, targets, sources, b_layer, b_heads, **settings,
+                            names=(f"--target {args.target}", f"--source {args.source}"))
+        systems["backward"] = [transpose_links(x) for x in links]
+        systems["intersection"] = [intersect_alignments(f, b)
+                                   for f, b in zip(systems["forward"], systems["backward"])]
+        systems["grow-diag-final"] = [grow_diag_final(f, b)
+                                      for f, b in zip(systems["forward"], systems["backward"])]
+    chosen = args.symmetrize or ("intersection" if args.backward_checkpoint else "forward")
+    if chosen not in systems:
+        raise UserError(f"--symmetrize {chosen} needs --backward-checkpoint (a target->source model)")
+    scores = {name: alignment_error_rate(links, sure, possible) for name, links in systems.items()}
+    if args.output:
+        with atomic_output(args.output) as out:
+            out.writelines(to_pharaoh(links) + "\n" for links in systems[chosen])
+    print(score_table(scores, chosen))
+    if args.json:
+        print(json.dumps({name: vars(s) for name, s in scores.items()}))
+    return scores
+
+
+def score_table(scores: dict[str, AlignmentScores], chosen: str) -> str:
+    rows = [[name + (" (--output)" if name == chosen else ""), f"{s.precision:.4f}", f"{s.recall:.4f}",
+             f"{s.aer:.4f}", s.predicted, s.sure, s.possible] for name, s in scores.items()]
+    return markdown_table(["links", "precision", "recall", "AER", "predicted", "sure", "possible"], rows)

@@ -1,0 +1,262 @@
+"""What ``seq2seq translate`` does: stream lines through a Translator, write outputs, alignments,
+plots and scores.
+
+Input is read and translated in chunks (one line at a time when stdin is a terminal), so the
+command works as an interactive filter and on files larger than memory; outputs are flushed
+after each chunk and always come out in input order, one line per input line.
+
+With --alignments / --plot-dir every sentence's attention (and, with --attribution, the chosen
+methods' attribution matrices of the chosen output) is exported as one JSONL
+record (+ npz arrays) and plotted; see seq2seq/alignment/ and docs/formats.md for the
+schema. The aggregate matrix defaults to the penultimate decoder layer averaged over heads
+(--align-layer -2 --align-heads mean): Garg et al. (2019) found that layer's attention aligns
+best; RNNs have one layer and use it. EOS is dropped from matrices and links unless --include-eos.
+With several checkpoints (an ensemble) the record's matrices and plots are the first checkpoint's
+attention, and the record's ``members`` list (+ ``member{m}_attention`` npz arrays) holds every
+member's, aggregated with the same options. With --n-best N the record is the best hypothesis and
+its ``alternatives`` list (+ ``alt{rank}_attention`` npz arrays) holds hypotheses 2..N, each with its
+own attention, matrices and links.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+
+from ..decoding.ensemble import EnsembleModel
+from ..decoding.translator import Translation, Translator, default_batch_size, read_lines
+from ..errors import UserError
+from ..io_utils import atomic_output, chunks
+from ..metrics import corpus_scores
+from ..runtime import LOGGER
+from ..alignment.matrices import check_layer_heads
+
+#: What an alignment record's ``members`` entries hold besides ``checkpoint`` (docs/formats.md).
+MEMBER_KEYS = ("attention_shape", "layer_used", "subword_matrix", "word_matrix", "subword_shape", "word_shape",
+               "pharaoh_subword", "pharaoh_word")
+#: What an alignment record's ``alternatives`` entries (hypotheses 2..N of --n-best) hold besides ``rank``,
+#: ``score`` and ``log_prob``: the hypothesis with its own attention and links (docs/formats.md).
+ALTERNATIVE_KEYS = ("target", "tgt_pieces", "tgt_words", *MEMBER_KEYS)
+
+
+def translate_stream(args: argparse.Namespace) -> int:
+    """Run translate.py's job; returns the number of input lines translated."""
+    need_attention = bool(args.alignments or args.plot_dir or args.html)
+    _check_alignment_flags(args, need_attention)
+    translator = Translator.from_checkpoints(args.checkpoint, device=args.device,
+                                             max_input_tokens=args.max_input_tokens, precision=args.precision,
+                                             shortlist=args.shortlist)
+    if args.shortlist_sizes is not None:
+        if translator.shortlist is None:
+            raise UserError("--shortlist-sizes needs --shortlist")
+        translator.shortlist = translator.shortlist.with_sizes(*args.shortlist_sizes)
+    references = list(read_lines(args.reference)) if args.reference else None
+    interactive = args.input in (None, "-") and sys.stdin.isatty()
+    if args.batch_size is None:
+        batch_size = default_batch_size(args.beam_size, args.sample, args.n_best)
+    else:
+        batch_size = args.batch_size
+    chunk_size = 1 if interactive else batch_size * 16
+    texts: list[str] = []  # kept only for --reference scoring
+    done = 0
+    with ExitStack() as stack:
+        out = stack.enter_context(atomic_output(args.output))
+        sink = stack.enter_context(_alignment_sink(args, translator)) if need_attention else None
+        for chunk in chunks(read_lines(args.input), chunk_size):
+            results = translator.translate(
+                chunk, beam_size=args.beam_size, length_penalty=args.length_penalty, n_best=args.n_best,
+                batch_size=batch_size, max_output_ratio=args.max_output_ratio, need_attention=need_attention,
+                first_line=done + 1, sample=args.sample, top_k=args.top_k, top_p=args.top_p,
+                temperature=args.temperature, seed=args.seed,
+            )
+            _write_results(out, results, done, args.n_best)
+            if sink is not None:
+                sink.add(results, first_index=done)
+            if references is not None:
+                texts.extend(r.text for r in results)
+            done += len(results)
+    if references is not None:
+        _print_scores(texts, references, args)
+    return done
+
+
+def _check_alignment_flags(args: argparse.Namespace, need_attention: bool) -> None:
+    if args.attribution and not need_attention:
+        raise UserError("--attribution needs --alignments FILE, --plot-dir DIR and/or --html FILE to write its "
+                        "matrices to")
+    from ..attribution.base import GRADIENT_METHODS
+    from ..attribution.perturbation import METHODS as PERTURBATION_METHODS
+    from ..attribution.perturbation import min_samples
+
+    gradients = [method for method in GRADIENT_METHODS if method in (args.attribution or [])]
+    if gradients and len(args.checkpoint) > 1:
+        raise UserError(f"--attribution {' '.join(gradients)} differentiates one model; with several "
+                        "--checkpoint (an ensemble) use --attribution occlusion, lime or kernel-shap")
+    if gradients and args.precision == "int8":
+        raise UserError(f"--attribution {' '.join(gradients)} differentiates the model, and --precision int8 "
+                        "layers have no gradients; use --attribution occlusion, lime or kernel-shap, or "
+                        "--precision fp32")
+    if "integrated-gradients" in (args.attribution or []) and args.ig_steps < 1:
+        raise UserError(f"--ig-steps must be >= 1, got {args.ig_steps}")
+    if set(PERTURBATION_METHODS) & set(args.attribution or []) and args.attribution_samples < min_samples(1):
+        raise UserError(f"--attribution-samples must be >= {min_samples(1)} (2 (words + 1) for a one-word "
+                        f"source), got {args.attribution_samples}")
+
+
+def _write_results(out, results: list[Translation], offset: int, n_best: int) -> None:
+    for i, result in enumerate(results):
+        if n_best == 1:
+            out.write(result.text + "\n")
+        else:
+            for alt in result.alternatives or [result]:
+                out.write(f"{offset + i} ||| {alt.text} ||| {alt.score:.4f}\n")
+    out.flush()
+
+
+def _print_scores(texts: list[str], references: list[str], args: argparse.Namespace) -> None:
+    if len(texts) != len(references):
+        raise UserError(f"--reference {args.reference} has {len(references)} lines but the input "
+                        f"{args.input} has {len(texts)}; they must match line by line")
+    for score in corpus_scores(texts, references, ("bleu", "chrf")).values():
+        print(str(score), file=sys.stderr)
+
+
+class _alignment_sink:
+    """Collects translations for --alignments (JSONL + npz), --plot-dir (heatmaps) and --html (the viewer,
+    with every layer and head); with --attribution also computes and exports/plots attribution matrices."""
+
+    def __init__(self, args: argparse.Namespace, translator: Translator) -> None:
+        from ..alignment.records import AlignmentWriter
+
+        self.args, self.translator = args, translator
+        self.layer, self.heads = check_layer_heads(args.align_layer, args.align_heads, translator.model)
+        self.members: list[tuple[str, object]] = []  # (checkpoint, model) of every ensemble member
+        if isinstance(translator.model, EnsembleModel):
+            names = translator.checkpoints or [f"member {m}" for m in range(len(translator.model.members))]
+            self.members = list(zip(names, translator.model.members))
+            for name, member in self.members:
+                try:
+                    check_layer_heads(args.align_layer, args.align_heads, member)
+                except UserError as exc:
+                    raise UserError(f"{exc} (ensemble member {name})") from None
+        self.options = dict(include_eos=args.include_eos, method=args.align_method,
+                            threshold=args.align_threshold)
+        self.methods = list(dict.fromkeys(args.attribution or []))
+        self.plottable = 0  # sentences with attention seen so far (--max-plots of them are plotted)
+        self.writer = None
+        if args.alignments:
+            path = Path(args.alignments)
+            if path.suffix == ".npz":
+                raise UserError(f"--alignments {path}: give the JSONL path (e.g. align.jsonl); the "
+                                ".npz arrays are written beside it")
+            self.writer = AlignmentWriter(path, path.with_suffix(".npz"), layer=self.layer,
+                                          heads=self.heads, **self.options)
+        self.viewer = None
+        if args.html:
+            from ..alignment.viewer import ViewerWriter
+
+            name = "standard input" if args.input in (None, "-") else Path(args.input).name
+            self.viewer = ViewerWriter(args.html, f"seq2seq translate: {name}")
+
+    def __enter__(self):
+        with ExitStack() as stack:
+            for writer in (self.writer, self.viewer):
+                if writer is not None:
+                    stack.enter_context(writer)
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc):
+        return self._stack.__exit__(*exc)
+
+    def add(self, results: list[Translation], first_index: int) -> None:
+        for i, result in enumerate(results):
+            record = self._record(result, first_index + i)
+            attributions = self._attributions(result, record) if result.attention is not None else []
+            if self.writer is not None:
+                self.writer.write(record)
+            if self.viewer is not None:
+                self.viewer.add(record.to_json(), record.attention)
+            if self.args.plot_dir and result.attention is not None:
+                self.plottable += 1
+                if self.plottable <= self.args.max_plots:
+                    self._plot(record, attributions)
+                elif self.plottable == self.args.max_plots + 1:  # thousands of files for a large input
+                    LOGGER.warning(f"--plot-dir: plotted the first {self.args.max_plots} sentences (--max-plots); "
+                                   "the rest are translated (and exported with --alignments) but not plotted")
+
+    def _record(self, result: Translation, index: int):
+        from ..alignment.records import AlignmentRecord
+
+        if result.attention is not None:
+            record = result.alignment_record(index, self.layer, self.heads, **self.options)
+        else:
+            record = self._empty_record(result, index, self.translator.model)
+        if self.members:
+            record.extra["members"] = []
+            for m, (name, member) in enumerate(self.members):
+                if result.member_attention is None:
+                    own = self._empty_record(result, index, member)
+                else:
+                    own = AlignmentRecord.build(index, result.source, result.text, result.src_pieces,
+                                                result.tgt_pieces, result.member_attention[m], self.layer,
+                                                self.heads, **self.options)
+                fields = own.to_json()
+                record.extra["members"].append({"checkpoint": name, **{key: fields[key] for key in MEMBER_KEYS}})
+                record.extra_arrays[f"member{m}_attention"] = own.attention
+        if len(result.alternatives) > 1:  # --n-best: every hypothesis with its own attention and links
+            record.extra["alternatives"] = []
+            for rank, alternative in enumerate(result.alternatives[1:], start=2):
+                if alternative.attention is None:
+                    own = self._empty_record(alternative, index, self.translator.model)
+                else:
+                    own = alternative.alignment_record(index, self.layer, self.heads, **self.options)
+                fields = own.to_json()
+                record.extra["alternatives"].append({"rank": rank, "score": alternative.score,
+                                                     "log_prob": alternative.log_prob,
+                                                     **{key: fields[key] for key in ALTERNATIVE_KEYS}})
+                record.extra_arrays[f"alt{rank}_attention"] = own.attention
+        return record
+
+    def _empty_record(self, result: Translation, index: int, model):
+        """Empty input: an empty record keeps one JSONL line per input."""
+        from ..alignment.records import AlignmentRecord
+
+        empty = np.zeros((model.attention_layers, model.attention_heads, 0, 0), dtype=np.float32)
+        return AlignmentRecord.build(index, result.source, result.text, [], [], empty, self.layer,
+                                     self.heads, src_eos=False, tgt_eos=False, **self.options)
+
+    def _attributions(self, result: Translation, record) -> list:
+        """Attribution records of ``result``; stored in ``record``'s extra JSON keys / npz arrays."""
+        from ..attribution.attribute import attribute_translation
+
+        out = []
+        for name in self.methods:
+            attribution = attribute_translation(self.translator, result, name, self.args.ig_steps,
+                                                samples=self.args.attribution_samples,
+                                                seed=self.args.attribution_seed, layer=self.layer,
+                                                heads=self.heads)
+            attr_record = attribution.record_for(result, record.index, **self.options)
+            record.extra.setdefault("attribution", {})[name] = attribution.to_json(attr_record)
+            record.extra_arrays[f"attr_{name}_raw"] = attribution.raw
+            record.extra_arrays[f"attr_{name}"] = attr_record.subword.astype(np.float32)
+            record.extra_arrays[f"attr_{name}_words"] = attr_record.words.astype(np.float32)
+            out.append((name, attr_record))
+        return out
+
+    def _plot(self, record, attributions: list) -> None:
+        """``{index:05d}.png/.svg`` (+ ``_grid.png``) and, with attributions, a side-by-side
+        ``{index:05d}_attribution.png``: attention | each method, word level, same colour scale."""
+        from ..alignment.plotting import plot_records, plot_side_by_side
+
+        out = Path(self.args.plot_dir)
+        plot_records([record], out)
+        if attributions:
+            heads = record.heads if isinstance(record.heads, str) else ",".join(map(str, record.heads))
+            titles = [f"attention (layer {record.layer_used}, heads {heads})"] + [n for n, _ in attributions]
+            matrices = [record.words] + [r.words for _, r in attributions]
+            plot_side_by_side(matrices, titles, record.src_words, [record.tgt_words] * len(matrices),
+                              out / f"{record.index:05d}_attribution.png")
