@@ -46,9 +46,9 @@ from seq2seq.attribution.perturbation import DEFAULT_SAMPLES
 from seq2seq.cli import run_cli
 from seq2seq.decoding.scoring import teacher_force
 from seq2seq.alignment.matrices import check_layer_heads
-from seq2seq.decoding.translator import Translator, read_lines
+from seq2seq.decoding.translator import Translator
 from seq2seq.errors import UserError
-from seq2seq.io_utils import display_path, markdown_table
+from seq2seq.io_utils import display_path, markdown_table, read_lines
 
 METHODS = ("attention", "grad-attention", "gradient", "integrated-gradients", "occlusion", "lime", "kernel-shap",
            "random")

@@ -262,6 +262,88 @@ def check_decoding(beam_size: int | None, n_best: int, sample: bool = False, top
     return 1
 
 
+
+@dataclass
+class AlignConfig:
+    """Which attention becomes an alignment matrix and how hard links are read from it: the one home of
+    these defaults, shared by ``seq2seq translate``, ``serve``, ``align``, ``compare`` and ``analyze``,
+    ``Translation.alignment_record``, the alignment export and gradient-weighted attention.
+
+    ``layer`` -2 is the penultimate decoder layer: Garg et al. (2019) found it aligns best (an RNN has
+    one layer and uses it); ``heads`` "mean" averages every head of it."""
+
+    layer: int | Literal["all"] = option(-2, "decoder layer of the aggregate: index (negative counts from the "
+                                             "top) or 'all' (mean of all layers)")
+    heads: Literal["mean"] | list[int] = option("mean", "'mean' (average all heads) or the head indices to "
+                                                        "average")
+    method: Literal["argmax", "threshold"] = option(
+        "argmax", "hard links: argmax = one source word per target word; threshold = every source word with "
+                  "at least `threshold` of the (renormalized) row")
+    threshold: float = option(0.3, "share of a row for method threshold, in (0, 1]")
+    include_eos: bool = option(False, "keep the source EOS column and target EOS row in matrices and links")
+
+    @classmethod
+    def from_flags(cls, layer: str, heads: str, method: str = "argmax", threshold: float = 0.3,
+                   include_eos: bool = False) -> "AlignConfig":
+        """From the spelling of ``--align-layer`` / ``--align-heads`` ("-2", "all"; "mean", "0,2"), checked."""
+        config = cls(parse_layer(layer), parse_heads(heads), method, threshold, include_eos)
+        config.check()
+        return config
+
+    def check(self) -> None:
+        if self.method not in ("argmax", "threshold"):
+            raise UserError(f"--align-method must be 'argmax' or 'threshold', got {self.method!r}")
+        if self.method == "threshold" and not 0.0 < self.threshold <= 1.0:
+            raise UserError(f"--align-threshold must be in (0, 1] (a share of a row), got {self.threshold}")
+
+    @property
+    def layer_flag(self) -> str:
+        """``layer`` as ``--align-layer`` spells it."""
+        return str(self.layer)
+
+    @property
+    def heads_flag(self) -> str:
+        """``heads`` as ``--align-heads`` spells it."""
+        return self.heads if isinstance(self.heads, str) else ",".join(str(h) for h in self.heads)
+
+    def link_options(self) -> dict[str, Any]:
+        """The keyword arguments of ``AlignmentRecord.build`` besides layer and heads."""
+        return {"include_eos": self.include_eos, "method": self.method, "threshold": self.threshold}
+
+
+def parse_layer(value: str | int) -> int | str:
+    """``--align-layer``: an integer layer index or 'all'."""
+    if value == "all" or isinstance(value, int):
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise UserError(f"--align-layer must be an integer layer index or 'all', got {value!r}") from None
+
+
+def parse_heads(value: str | list[int]) -> str | list[int]:
+    """``--align-heads``: 'mean' or comma-separated head indices."""
+    if value == "mean" or isinstance(value, list):
+        return value
+    try:
+        return [int(h) for h in value.split(",")]
+    except ValueError:
+        raise UserError(f"--align-heads must be 'mean' or comma-separated integers like 0,2, got {value!r}") from None
+
+
+@dataclass
+class AttributionConfig:
+    """Which attribution methods run on a translation and with what settings (``seq2seq translate
+    --attribution``; ``seq2seq.attribution``)."""
+
+    methods: list[str] = option(None, "attribution methods to run (seq2seq.attribution.base.METHODS)",
+                                default_factory=list)
+    ig_steps: int = option(16, "integration steps for integrated-gradients")
+    samples: int = option(200, "perturbed sources per sentence for lime and kernel-shap; a source of M words "
+                               "needs at least 2 (M + 1)")
+    seed: int = option(0, "seed of the lime and kernel-shap samples: the same seed gives the same attributions")
+
+
 @dataclass
 class RunConfig:
     """Everything a training run needs; ``resolved()`` is what actually runs."""

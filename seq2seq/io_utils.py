@@ -13,7 +13,7 @@ import shutil
 import sys
 import tempfile
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from itertools import islice
 from pathlib import Path
 from typing import IO, Iterable, Iterator, Sequence, TypeVar
@@ -110,3 +110,57 @@ def atomic_directory(path: str | Path, force: bool = False, flag: str = "OUT") -
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def read_lines(path: str | Path, flag: str = "") -> list[str]:
+    """Lines of a UTF-8 text file, split on ``\\n`` only (``str.splitlines`` would also split on U+2028 and
+    misalign parallel files), without their line ends (``\\n`` or ``\\r\\n``), a final newline and a
+    leading BOM; UserError naming the flag, the file (and line) if missing or undecodable."""
+    where = f"{flag} {path}" if flag else str(path)
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{where}: no such file") from None
+    except OSError as exc:
+        raise UserError(f"{where}: cannot read ({exc.strerror or exc})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise UserError(
+            f"{where}, line {line}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at column {column}); "
+            "re-encode the file as UTF-8, e.g. iconv -f latin1 -t utf-8"
+        ) from None
+    lines = text.removeprefix("\ufeff").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def iter_lines(path: str | Path | None, flag: str = "") -> Iterator[str]:
+    """``read_lines`` one line at a time (constant memory), with the same decoding and errors; ``path``
+    None or "-" reads standard input (a line as soon as it arrives: ``seq2seq translate`` as a filter)."""
+    if path in (None, "-"):
+        where, handle = f"{flag} standard input" if flag else "standard input", nullcontext(sys.stdin.buffer)
+    else:
+        where = f"{flag} {path}" if flag else str(path)
+        try:
+            handle = Path(path).open("rb")
+        except FileNotFoundError:
+            raise UserError(f"{where}: no such file") from None
+        except OSError as exc:
+            raise UserError(f"{where}: cannot read ({exc.strerror or exc})") from None
+    with handle as handle:
+        for number, raw in enumerate(handle, start=1):  # binary iteration splits on b"\n" only
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise UserError(
+                    f"{where}, line {number}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column "
+                    f"{exc.start + 1}); re-encode the file as UTF-8, e.g. iconv -f latin1 -t utf-8"
+                ) from None
+            if number == 1:
+                line = line.removeprefix("\ufeff")
+            line = line.removesuffix("\n")
+            yield line[:-1] if line.endswith("\r") else line

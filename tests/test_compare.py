@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from seq2seq.cli.compare import main, parse_args
+from seq2seq.cli.compare import job_from_args, main, parse_args
 from seq2seq.jobs.compare import (
     at_budgets, budget_summary, check_sentence_ids, crossings, compare, forced_attention, length_buckets,
     pick_sentences, significance, input_files,
@@ -286,7 +286,7 @@ def test_learning_curve_plot_without_validation_lines(tmp_path):
 def test_bad_inputs_are_user_errors(runs, test_set, tmp_path, capsys):
     out = tmp_path / "report"
     with pytest.raises(UserError, match="nope.pt: no such checkpoint"):
-        compare(parse_args(compare_args([runs["rnn"], tmp_path / "nope.pt"], test_set, out)))
+        compare(job_from_args(parse_args(compare_args([runs["rnn"], tmp_path / "nope.pt"], test_set, out))))
     short = tmp_path / "short.de"
     short.write_text("eins\n", encoding="utf-8")
     args = compare_args([runs["rnn"]], test_set, out)
@@ -311,9 +311,9 @@ def test_bad_inputs_are_user_errors(runs, test_set, tmp_path, capsys):
 
 def test_data_dir_shortcut_names_the_split_files(tmp_path):
     args = parse_args(["run", "--data-dir", str(tmp_path), "--src", "de", "--tgt", "en", "--output", "r"])
-    assert input_files(args) == (tmp_path / "test_2016_flickr.de", tmp_path / "test_2016_flickr.en")
+    assert input_files(job_from_args(args)) == (tmp_path / "test_2016_flickr.de", tmp_path / "test_2016_flickr.en")
     args = parse_args(["run", "--data-dir", str(tmp_path), "--src", "de", "--source", "x", "--output", "r"])
     with pytest.raises(UserError, match="not both"):
-        input_files(args)
+        input_files(job_from_args(args))
     with pytest.raises(UserError, match="give --source and --reference"):
-        input_files(parse_args(["run", "--source", "x", "--output", "r"]))
+        input_files(job_from_args(parse_args(["run", "--source", "x", "--output", "r"])))

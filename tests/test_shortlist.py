@@ -139,7 +139,7 @@ def test_training_never_fails_because_of_the_shortlist(tmp_path, monkeypatch, ca
     from types import SimpleNamespace
 
     from seq2seq.decoding import shortlist
-    from seq2seq.training import trainer as training
+    from seq2seq.training import run as training
 
     def fail(*args, **kwargs):
         raise UserError("cannot build a shortlist: the training targets have no ordinary tokens")

@@ -8,6 +8,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..config import AlignConfig
 from ..errors import UserError
 from .matrices import Link, as_array, normalize_rows
 
@@ -206,7 +207,8 @@ def alignment_error_rate(
 
 
 
-def extract_links(matrix: np.ndarray, method: str = "argmax", threshold: float = 0.3) -> set[Link]:
+def extract_links(matrix: np.ndarray, method: str = AlignConfig.method,
+                  threshold: float = AlignConfig.threshold) -> set[Link]:
     """Hard links of a ``(T, S)`` matrix: ``argmax`` (one per row) or ``threshold`` (on rows
     renormalized to sum to 1, so a threshold means the same in every row)."""
     if method not in ("argmax", "threshold"):

@@ -5,6 +5,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from ..config import AlignConfig, parse_heads, parse_layer
 from ..errors import UserError
 
 WORD_START = "\u2581"  # SentencePiece's '▁'
@@ -161,7 +162,7 @@ def head_indices(heads: Heads, num_heads: int) -> list[int]:
     return [h % num_heads for h in chosen]
 
 
-def aggregate(attn: np.ndarray, layer: int | str = -2, heads: Heads = "mean") -> np.ndarray:
+def aggregate(attn: np.ndarray, layer: int | str = AlignConfig.layer, heads: Heads = AlignConfig.heads) -> np.ndarray:
     """``(L, H, T, S)`` -> ``(T, S)``: one decoder layer (or the mean of all with ``"all"``),
     averaged over ``heads`` ("mean" = all heads, or a list / single index).
 
@@ -177,8 +178,9 @@ def aggregate(attn: np.ndarray, layer: int | str = -2, heads: Heads = "mean") ->
     return per_layer[:, head_indices(heads, a.shape[1])].mean(axis=(0, 1))
 
 
-def check_layer_heads(layer: str, heads: str, model) -> tuple[int | str, str | list[int]]:
-    """Parse --align-layer / --align-heads and check them against the model before anything is translated."""
+def check_layer_heads(layer: str | int, heads: str | list[int], model) -> tuple[int | str, str | list[int]]:
+    """Parse --align-layer / --align-heads (``AlignConfig.layer`` / ``heads``) and check them against the
+    model before anything is translated."""
     parsed_layer, parsed_heads = parse_layer(layer), parse_heads(heads)
     try:
         resolve_layer(parsed_layer, model.attention_layers)
@@ -187,23 +189,6 @@ def check_layer_heads(layer: str, heads: str, model) -> tuple[int | str, str | l
     try:
         head_indices(parsed_heads, model.attention_heads)
     except UserError as exc:
-        raise UserError(f"--align-heads {heads}: {exc}") from None
+        spelled = heads if isinstance(heads, str) else ",".join(str(h) for h in heads)
+        raise UserError(f"--align-heads {spelled}: {exc}") from None
     return parsed_layer, parsed_heads
-
-
-def parse_layer(value: str) -> int | str:
-    if value == "all":
-        return value
-    try:
-        return int(value)
-    except ValueError:
-        raise UserError(f"--align-layer must be an integer layer index or 'all', got {value!r}") from None
-
-
-def parse_heads(value: str) -> str | list[int]:
-    if value == "mean":
-        return value
-    try:
-        return [int(h) for h in value.split(",")]
-    except ValueError:
-        raise UserError(f"--align-heads must be 'mean' or comma-separated integers like 0,2, got {value!r}") from None

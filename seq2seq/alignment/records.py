@@ -69,6 +69,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..config import AlignConfig
 from ..errors import UserError
 from ..io_utils import temp_path_beside
 from .matrices import (EOS, Heads, aggregate, as_array, drop_eos, merge_to_words, resolve_layer, strip_eos,
@@ -98,11 +99,11 @@ class AlignmentRecord:
     words: np.ndarray  # (Tw, Sw) word level
     pharaoh_subword: str
     pharaoh_word: str
-    layer: int | str = -2
+    layer: int | str = AlignConfig.layer
     layer_used: int | str = 0
-    heads: Heads = "mean"
-    include_eos: bool = False
-    method: str = "argmax"
+    heads: Heads = AlignConfig.heads
+    include_eos: bool = AlignConfig.include_eos
+    method: str = AlignConfig.method
     threshold: float | None = None
     src_eos: bool = True  # does ``attention`` have a source EOS column?
     tgt_eos: bool = True  # ... a target EOS row? (False if decoding stopped at max length)
@@ -118,11 +119,11 @@ class AlignmentRecord:
         src_pieces: Sequence[str],
         tgt_pieces: Sequence[str],
         attention: np.ndarray,
-        layer: int | str = -2,
-        heads: Heads = "mean",
-        include_eos: bool = False,
-        method: str = "argmax",
-        threshold: float = 0.3,
+        layer: int | str = AlignConfig.layer,
+        heads: Heads = AlignConfig.heads,
+        include_eos: bool = AlignConfig.include_eos,
+        method: str = AlignConfig.method,
+        threshold: float = AlignConfig.threshold,
         src_eos: bool = True,
         tgt_eos: bool = True,
     ) -> AlignmentRecord:
@@ -212,11 +213,11 @@ class AlignmentWriter:
         self,
         jsonl_path: str | os.PathLike,
         npz_path: str | os.PathLike | None = None,
-        layer: int | str = -2,
-        heads: Heads = "mean",
-        include_eos: bool = False,
-        method: str = "argmax",
-        threshold: float = 0.3,
+        layer: int | str = AlignConfig.layer,
+        heads: Heads = AlignConfig.heads,
+        include_eos: bool = AlignConfig.include_eos,
+        method: str = AlignConfig.method,
+        threshold: float = AlignConfig.threshold,
     ) -> None:
         if method not in ("argmax", "threshold"):
             raise UserError(f"alignment method must be 'argmax' or 'threshold', got {method!r}")

@@ -51,6 +51,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..alignment.matrices import Heads
+from ..config import AlignConfig, AttributionConfig
 from ..errors import UserError
 from ..models.base import EncoderDecoder
 from ..nn.quantize import is_quantized
@@ -63,8 +64,9 @@ from .perturbation import occlusion
 
 
 def attribute(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[int], method: str,
-              steps: int = 16, *, samples: int | None = None, seed: int = 0, layer: int | str = -2,
-              heads: Heads = "mean", src_pieces: Sequence[str] | None = None) -> Attribution:
+              steps: int = AttributionConfig.ig_steps, *, samples: int | None = None,
+              seed: int = AttributionConfig.seed, layer: int | str = AlignConfig.layer,
+              heads: Heads = AlignConfig.heads, src_pieces: Sequence[str] | None = None) -> Attribution:
     """Dispatch on ``method`` (one of ``METHODS``). ``src_ids`` end with EOS; ``tgt_ids`` exclude
     BOS/EOS (e.g. ``Translation.src_tokens`` and ``Translation.tokens``).
 
@@ -94,7 +96,8 @@ def attribute(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[i
                          seed, src_pieces)
 
 
-def attribute_translation(translator, translation, method: str, steps: int = 16, **options) -> Attribution:
+def attribute_translation(translator, translation, method: str, steps: int = AttributionConfig.ig_steps,
+                          **options) -> Attribution:
     """Attribution of a ``Translation`` returned by ``translator.translate`` (``options``: those of
     ``attribute`` but ``src_pieces``, which come from the translation)."""
     if not translation.src_tokens:

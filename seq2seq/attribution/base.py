@@ -6,6 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..config import AlignConfig
 from ..alignment.matrices import normalize_rows
 from ..alignment.records import AlignmentRecord, rounded
 
@@ -32,8 +33,8 @@ class Attribution:
         return normalize_rows(self.scores)
 
     def record(self, index: int, source: str, target: str, src_pieces: Sequence[str],
-               tgt_pieces: Sequence[str], include_eos: bool = False, method: str = "argmax",
-               threshold: float = 0.3) -> AlignmentRecord:
+               tgt_pieces: Sequence[str], include_eos: bool = AlignConfig.include_eos, method: str = AlignConfig.method,
+               threshold: float = AlignConfig.threshold) -> AlignmentRecord:
         """``matrix`` as an AlignmentRecord (word merge, EOS policy, hard links), like attention."""
         return AlignmentRecord.build(index, source, target, src_pieces, tgt_pieces,
                                      self.matrix[None, None], layer=0, heads="mean",

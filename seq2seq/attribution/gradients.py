@@ -10,6 +10,7 @@ from torch import nn
 
 from ..alignment.matrices import Heads, aggregate
 from ..decoding.scoring import eval_mode, model_device, pad_ids, target_tensors
+from ..config import AlignConfig, AttributionConfig
 from ..errors import UserError
 from ..models.base import EncoderDecoder
 from ..nn.attention import MultiHeadAttention, RecurrentAttention
@@ -80,7 +81,7 @@ def gradient_x_input(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Seq
 
 
 def integrated_gradients(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[int],
-                         steps: int = 16) -> Attribution:
+                         steps: int = AttributionConfig.ig_steps) -> Attribution:
     """Integrated gradients from the all-zero source embedding, ``steps`` midpoint samples."""
     if steps < 1:
         raise UserError(f"integrated gradients needs steps >= 1 (--ig-steps), got {steps}")
@@ -127,7 +128,7 @@ def _as_layers(parts: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def grad_weighted_attention(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[int],
-                            layer: int | str = -2, heads: Heads = "mean") -> Attribution:
+                            layer: int | str = AlignConfig.layer, heads: Heads = AlignConfig.heads) -> Attribution:
     """Gradient-weighted attention (formula in the module docstring): max(0, A * df_t/dA) on row t,
     aggregated over ``heads`` of ``layer`` like attention."""
     device = model_device(model)

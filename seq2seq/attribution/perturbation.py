@@ -43,13 +43,14 @@ import torch
 
 from ..alignment.matrices import word_spans
 from ..decoding.scoring import teacher_force
+from ..config import AttributionConfig
 from ..errors import UserError
 from ..models.base import EncoderDecoder
 from ..tokenizer import EOS_ID
 from .base import Attribution
 
 METHODS = ("lime", "kernel-shap")
-DEFAULT_SAMPLES = 200
+DEFAULT_SAMPLES = AttributionConfig.samples
 RIDGE = {"lime": 1.0, "kernel-shap": 0.0}  # alpha of the surrogate regression
 
 

@@ -9,7 +9,7 @@ See ``seq2seq/jobs/align.py`` for how the target is force-decoded and links are 
 from __future__ import annotations
 
 from ..errors import UserError
-from .common import DeprecatedAlias, add_alignment_flags, add_device_flag, check_alignment_flags, parser_for, run_cli
+from .common import DeprecatedAlias, add_alignment_flags, add_device_flag, align_config, job_config, parser_for, run_cli
 
 
 def parse_args(argv: list[str] | None):
@@ -31,7 +31,7 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--batch-size", type=int, default=32, help="sentence pairs per forward pass (default: 32)")
     add_device_flag(p)
     args = p.parse_args(argv)
-    check_alignment_flags(args)
+    args.align = align_config(args)
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be positive, got {args.batch_size}")
     return args
@@ -39,7 +39,8 @@ def parse_args(argv: list[str] | None):
 
 @run_cli
 def main(argv: list[str] | None = None) -> int:
-    from ..jobs.align import evaluate
+    args = parse_args(argv)
+    from ..jobs.align import AlignJob, evaluate
 
-    evaluate(parse_args(argv))
+    evaluate(job_config(AlignJob, args))
     return 0

@@ -8,7 +8,7 @@ import argparse
 import sys
 
 from ..config import DEFAULT_BEAM_SIZE
-from .common import add_alignment_flags, add_device_flag, check_alignment_flags, parser_for, run_cli
+from .common import add_alignment_flags, add_device_flag, align_config, job_config, parser_for, run_cli
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -44,14 +44,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add_device_flag(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars or log lines")
     args = p.parse_args(argv)
-    check_alignment_flags(args)
+    args.align = align_config(args)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     return args
 
 
 @run_cli
 def main(argv: list[str] | None = None) -> int:
-    from ..jobs.analyze import analyze
+    args = parse_args(argv)
+    from ..jobs.analyze import AnalyzeJob, analyze
 
-    analyze(parse_args(argv))
+    analyze(job_config(AnalyzeJob, args))
     return 0

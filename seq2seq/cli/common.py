@@ -12,13 +12,15 @@ import argparse
 import dataclasses
 import sys
 import typing
-from typing import Any, Callable, Literal, get_type_hints
+from typing import Any, Callable, Literal, TypeVar, get_type_hints
 
 from ..config import (
-    ARCH_DEFAULTS, DEFAULT_BEAM_SIZE, PRESETS, SECTIONS, DecodeConfig, RunConfig, load_config_file, merge_layers,
-    preset,
+    ARCH_DEFAULTS, DEFAULT_BEAM_SIZE, PRESETS, SECTIONS, AlignConfig, DecodeConfig, RunConfig, load_config_file,
+    merge_layers, preset,
 )
 from ..errors import UserError
+
+T = TypeVar("T")
 
 VOCABULARY = """\
 One vocabulary of flags across subcommands: --src/--tgt are language codes, --source/--target/
@@ -194,26 +196,47 @@ def add_decode_flags(parser: argparse._ActionsContainer) -> None:
                         new="--max-output-ratio")
 
 
-def add_alignment_flags(parser: argparse._ActionsContainer) -> None:
-    """Which attention becomes the alignment matrix, and how hard links are read from it."""
-    parser.add_argument("--align-layer", default="-2",
+def add_alignment_flags(parser: argparse._ActionsContainer, include_eos: bool = False) -> None:
+    """Which attention becomes the alignment matrix, and how hard links are read from it (``AlignConfig``,
+    whose defaults they show); with ``include_eos`` also ``--include-eos``."""
+    default = AlignConfig()
+    parser.add_argument("--align-layer", default=default.layer_flag,
                         help="decoder layer of the aggregate: index (negative counts from the top) or 'all' "
-                             "(mean of all layers) (default: -2, the penultimate: Garg et al. 2019 found it "
-                             "aligns best; the only layer of an RNN)")
-    parser.add_argument("--align-heads", default="mean",
-                        help="'mean' (average all heads) or comma-separated head indices to average (default: mean)")
-    parser.add_argument("--align-method", choices=("argmax", "threshold"), default="argmax",
+                             f"(mean of all layers) (default: {default.layer_flag}, the penultimate: Garg et al. "
+                             "2019 found it aligns best; the only layer of an RNN)")
+    parser.add_argument("--align-heads", default=default.heads_flag,
+                        help="'mean' (average all heads) or comma-separated head indices to average "
+                             f"(default: {default.heads_flag})")
+    parser.add_argument("--align-method", choices=("argmax", "threshold"), default=default.method,
                         help="hard links: argmax = one source word per target word; threshold = every source "
-                             "word with at least --align-threshold of the (renormalized) row (default: argmax)")
-    parser.add_argument("--align-threshold", type=float, default=0.3,
-                        help="share of a row for --align-method threshold (default: 0.3)")
+                             f"word with at least --align-threshold of the (renormalized) row (default: "
+                             f"{default.method})")
+    parser.add_argument("--align-threshold", type=float, default=default.threshold,
+                        help=f"share of a row for --align-method threshold (default: {default.threshold})")
     for old, new in (("--layer", "align_layer"), ("--heads", "align_heads")):
         parser.add_argument(old, dest=new, action=DeprecatedAlias, new=_flag(new))
+    if include_eos:
+        parser.add_argument("--include-eos", action="store_true", default=default.include_eos,
+                            help="keep the source EOS column and target EOS row in matrices and links "
+                                 "(default: dropped, so EOS never appears as an alignment point)")
 
 
-def check_alignment_flags(args: argparse.Namespace) -> None:
-    if args.align_method == "threshold" and not 0.0 < args.align_threshold <= 1.0:
-        raise UserError(f"--align-threshold must be in (0, 1] (a share of a row), got {args.align_threshold}")
+def align_config(args: argparse.Namespace) -> AlignConfig:
+    """The alignment flags as a checked ``AlignConfig``."""
+    return AlignConfig.from_flags(args.align_layer, args.align_heads, args.align_method, args.align_threshold,
+                                  getattr(args, "include_eos", AlignConfig.include_eos))
+
+
+def job_config(cls: type[T], args: argparse.Namespace, **given: Any) -> T:
+    """The dataclass ``cls`` (a job's typed options) from the flags of the same names, ``given`` overriding:
+    the one place where a command's Namespace becomes what the library takes."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
+    return cls(**{**values, **given})
+
+
+def decode_config(args: argparse.Namespace) -> DecodeConfig:
+    """The search flags (``add_decode_flags``) as a ``DecodeConfig``."""
+    return DecodeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(DecodeConfig)})
 
 
 def add_device_flag(parser: argparse._ActionsContainer) -> None:

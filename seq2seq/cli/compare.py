@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from ..config import DEFAULT_BEAM_SIZE
-from .common import DeprecatedAlias, add_device_flag, parser_for, run_cli
+from .common import DeprecatedAlias, add_device_flag, job_config, parser_for, run_cli
+
+if TYPE_CHECKING:
+    from ..jobs.compare.job import CompareJob
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """The options of ``seq2seq compare`` (a Namespace ``seq2seq.compare.compare`` takes)."""
+    """The options of ``seq2seq compare`` (``main`` turns them into the ``CompareJob`` that ``compare`` takes)."""
     from ..jobs.compare import BUDGET_MINUTES, DEFAULT_BUCKETS, __doc__ as description
 
     parser = parser_for("compare", description)
@@ -56,7 +60,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 @run_cli
 def main(argv: list[str] | None = None) -> int:
+    job = job_from_args(parse_args(argv))
     from ..jobs.compare import compare
 
-    compare(parse_args(argv))
+    compare(job)
     return 0
+
+
+def job_from_args(args: argparse.Namespace) -> CompareJob:
+    """The flags as the ``CompareJob`` that ``seq2seq.jobs.compare.compare`` takes."""
+    from ..jobs.compare.job import CompareJob
+
+    return job_config(CompareJob, args)

@@ -16,7 +16,7 @@ import dataclasses
 from ..config import DEFAULT_BEAM_SIZE, DecodeConfig, check_decoding
 from ..errors import UserError
 from .common import (
-    add_alignment_flags, add_dataclass_flags, add_device_flag, check_alignment_flags, parser_for, run_cli,
+    add_alignment_flags, add_dataclass_flags, add_device_flag, align_config, parser_for, run_cli,
 )
 
 MISSING_EXTRA = "seq2seq serve needs the serve extra: pip install 'seq2seq[serve]'"
@@ -55,9 +55,7 @@ def parse_args(argv: list[str] | None):
                         f"{DecodeConfig.max_input_tokens})")
     add_dataclass_flags(p.add_argument_group("batching and limits"), Limits)
     a = p.add_argument_group("alignments", 'How attention becomes the alignments of requests with "alignments": true.')
-    add_alignment_flags(a)
-    a.add_argument("--include-eos", action="store_true",
-                   help="keep the source EOS column and target EOS row in alignment matrices and links")
+    add_alignment_flags(a, include_eos=True)
     p.add_argument("--quiet", action="store_true", help="log warnings only (no request log)")
     return p.parse_args(argv)
 
@@ -77,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     limits = limits_from_args(args)
-    check_alignment_flags(args)
+    align = align_config(args)
     check_decoding(args.beam_size, args.n_best)
     if args.beam_size is not None and args.beam_size > limits.max_beam_size:
         raise UserError(f"--beam-size {args.beam_size} is above --max-beam-size {limits.max_beam_size}")
@@ -98,11 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         if translator.shortlist is None:
             raise UserError("--shortlist-sizes needs --shortlist")
         translator.shortlist = translator.shortlist.with_sizes(*args.shortlist_sizes)
-    layer, heads = check_layer_heads(args.align_layer, args.align_heads, translator.model)
+    check_layer_heads(align.layer, align.heads, translator.model)
     settings = ServeSettings(limits=limits, beam_size=args.beam_size, n_best=args.n_best,
                              length_penalty=args.length_penalty, max_output_ratio=args.max_output_ratio,
-                             align_layer=layer, align_heads=heads, align_method=args.align_method,
-                             align_threshold=args.align_threshold, include_eos=args.include_eos,
-                             precision=args.precision)
+                             align=align, precision=args.precision)
     run_server(translator, settings, args.host, args.port, args.quiet)
     return 0

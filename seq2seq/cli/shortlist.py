@@ -39,12 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     from ..checkpoint.file import load_checkpoint, tensor_to_bytes
     from ..decoding.shortlist import FILE_NAME, build_from_text
     from ..tokenizer import Tokenizer
-    from ..decoding.translator import read_lines
+    from ..io_utils import read_lines
 
     args = parse_args(argv)
     checkpoint = Path(args.checkpoint)
     tokenizer = Tokenizer.from_bytes(tensor_to_bytes(load_checkpoint(checkpoint)["tokenizer"]))
-    src_lines, tgt_lines = list(read_lines(args.source)), list(read_lines(args.target))
+    src_lines, tgt_lines = read_lines(args.source, "--source"), read_lines(args.target, "--target")
     if len(src_lines) != len(tgt_lines):
         raise UserError(f"--source {args.source} has {len(src_lines)} lines but --target {args.target} has "
                         f"{len(tgt_lines)}; the files must be line-aligned")

@@ -10,9 +10,17 @@
 """
 from __future__ import annotations
 
-from ..config import check_decoding
+import argparse
+from typing import TYPE_CHECKING
+
+from ..config import AttributionConfig, check_decoding
 from ..errors import UserError
-from .common import add_alignment_flags, add_decode_flags, add_device_flag, check_alignment_flags, parser_for, run_cli
+from .common import (
+    add_alignment_flags, add_decode_flags, add_device_flag, align_config, decode_config, parser_for, run_cli,
+)
+
+if TYPE_CHECKING:
+    from ..jobs.translate import TranslateJob
 
 #: ``seq2seq.attribution.base.METHODS``, spelled out so that parsing flags imports no torch (a test
 #: keeps the two equal)
@@ -58,35 +66,45 @@ def parse_args(argv: list[str] | None):
     a.add_argument("--max-plots", type=int, default=100,
                    help="plot at most this many sentences into --plot-dir, with a message when it cuts "
                         "(default: 100)")
-    add_alignment_flags(a)
-    a.add_argument("--include-eos", action="store_true",
-                   help="keep the source EOS column and target EOS row in matrices and links "
-                        "(default: dropped, so EOS never appears as an alignment point)")
+    add_alignment_flags(a, include_eos=True)
     a.add_argument("--attribution", nargs="+", metavar="METHOD", choices=ATTRIBUTION_METHODS,
                    help="also compute attribution matrices (one or more of " + " | ".join(ATTRIBUTION_METHODS) +
                         "; grad-attention reads --align-layer / --align-heads; lime and kernel-shap need "
                         "pip install 'seq2seq[explain]') into the --alignments export and --plot-dir; see "
                         "docs/guides/attribution.md")
-    a.add_argument("--ig-steps", type=int, default=16,
-                   help="integration steps for integrated-gradients (default: 16)")
-    a.add_argument("--attribution-samples", type=int, default=200,
+    a.add_argument("--ig-steps", type=int, default=AttributionConfig.ig_steps,
+                   help=f"integration steps for integrated-gradients (default: {AttributionConfig.ig_steps})")
+    a.add_argument("--attribution-samples", type=int, default=AttributionConfig.samples,
                    help="perturbed sources per sentence for lime and kernel-shap; a source of M words needs at "
-                        "least 2 (M + 1) (default: 200)")
-    a.add_argument("--attribution-seed", type=int, default=0,
+                        f"least 2 (M + 1) (default: {AttributionConfig.samples})")
+    a.add_argument("--attribution-seed", type=int, default=AttributionConfig.seed,
                    help="seed of the lime and kernel-shap samples: the same seed gives the same attributions "
-                        "(default: 0)")
+                        f"(default: {AttributionConfig.seed})")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     return p.parse_args(argv)
 
 
 @run_cli
 def main(argv: list[str] | None = None) -> int:
+    job = job_from_args(parse_args(argv))
     from ..jobs.translate import translate_stream  # torch and the model code only once the flags are valid
 
-    args = parse_args(argv)
-    check_alignment_flags(args)
+    translate_stream(job)
+    return 0
+
+
+def job_from_args(args: argparse.Namespace) -> TranslateJob:
+    """The flags as a checked ``TranslateJob`` (torch and the model code are imported only once they are valid)."""
+    align = align_config(args)
     check_decoding(args.beam_size, args.n_best, args.sample, args.top_k, args.top_p, args.temperature, args.seed)
     if args.max_plots < 0:
         raise UserError(f"--max-plots must be >= 0, got {args.max_plots}")
-    translate_stream(args)
-    return 0
+    from ..jobs.translate import TranslateJob
+
+    attribution = AttributionConfig(methods=list(args.attribution or []), ig_steps=args.ig_steps,
+                                    samples=args.attribution_samples, seed=args.attribution_seed)
+    return TranslateJob(
+        checkpoints=list(args.checkpoint), input=args.input, output=args.output, reference=args.reference,
+        decode=decode_config(args), device=args.device, precision=args.precision, shortlist=args.shortlist,
+        shortlist_sizes=tuple(args.shortlist_sizes) if args.shortlist_sizes else None, alignments=args.alignments,
+        plot_dir=args.plot_dir, html=args.html, max_plots=args.max_plots, align=align, attribution=attribution)

@@ -16,6 +16,7 @@ from typing import Iterable, Iterator
 from datasets import DatasetDict
 
 from ..errors import UserError
+from ..io_utils import iter_lines, read_lines
 from .schema import SPLIT_FLAGS, empty_pairs, pairs_dataset
 
 log = logging.getLogger(__name__)
@@ -23,54 +24,6 @@ log = logging.getLogger(__name__)
 DEFAULT_TEXT_SPLITS = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
 TSV_SUFFIXES = (".tsv", ".tab")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
-
-
-def read_lines(path: Path, flag: str = "") -> list[str]:
-    """Lines of a UTF-8 text file; UserError naming the file (and line) if missing or undecodable."""
-    where = f"{flag} {path}" if flag else str(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{where}: no such file") from None
-    except OSError as exc:
-        raise UserError(f"{where}: cannot read ({exc.strerror or exc})") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise UserError(
-            f"{where}, line {line}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at column {column}); "
-            "re-encode the file as UTF-8, e.g. iconv -f latin1 -t utf-8"
-        ) from None
-    lines = text.removeprefix("\ufeff").split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
-
-
-def iter_lines(path: Path, flag: str = "") -> Iterator[str]:
-    """``read_lines`` one line at a time (constant memory), with the same decoding and errors."""
-    where = f"{flag} {path}" if flag else str(path)
-    try:
-        handle = path.open("rb")
-    except FileNotFoundError:
-        raise UserError(f"{where}: no such file") from None
-    except OSError as exc:
-        raise UserError(f"{where}: cannot read ({exc.strerror or exc})") from None
-    with handle:
-        for number, raw in enumerate(handle, start=1):  # binary iteration splits on b"\n" only
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise UserError(
-                    f"{where}, line {number}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column "
-                    f"{exc.start + 1}); re-encode the file as UTF-8, e.g. iconv -f latin1 -t utf-8"
-                ) from None
-            if number == 1:
-                line = line.removeprefix("\ufeff")
-            line = line.removesuffix("\n")
-            yield line[:-1] if line.endswith("\r") else line
 
 
 def parallel_line_pairs(src_path: str, tgt_path: str) -> Iterator[dict]:

@@ -19,13 +19,13 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
 from ..checkpoint.file import load_checkpoint, tensor_to_bytes
-from ..config import DEFAULT_BEAM_SIZE, DecodeConfig, RunConfig, check_decoding
+from ..config import DEFAULT_BEAM_SIZE, AlignConfig, DecodeConfig, RunConfig, check_decoding
 from ..errors import UserError
 from ..models import build_model
 from ..models.base import EncoderDecoder
@@ -83,8 +83,9 @@ class Translation:
 
         return aggregate(self.attention)
 
-    def alignment_record(self, index: int, layer: int | str = -2, heads: str | list[int] = "mean",
-                         include_eos: bool = False, method: str = "argmax", threshold: float = 0.3):
+    def alignment_record(self, index: int, layer: int | str = AlignConfig.layer,
+                         heads: str | list[int] = AlignConfig.heads, include_eos: bool = AlignConfig.include_eos,
+                         method: str = AlignConfig.method, threshold: float = AlignConfig.threshold):
         """This translation's attention as an ``AlignmentRecord`` (word merge, Pharaoh links);
         ``method`` "argmax" | "threshold" extracts the hard links (see seq2seq.alignment)."""
         from ..alignment.records import AlignmentRecord
@@ -295,33 +296,3 @@ def _build(path: str | Path, payload: dict, config: RunConfig, device: torch.dev
 
         model = quantize_for_decoding(model)
     return model.to(device, DECODING_DTYPES[precision])
-
-
-def read_lines(path: str | Path | None) -> Iterable[str]:
-    """Lines of a UTF-8 file (or stdin for None / '-'), without their newline; errors name the line."""
-    if path in (None, "-"):
-        stream = sys.stdin.buffer
-        name = "<stdin>"
-    else:
-        if not Path(path).is_file():
-            raise UserError(f"input file {path}: no such file")
-        stream = open(path, "rb")
-        name = str(path)
-    with stream if name != "<stdin>" else _NoClose(stream) as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                yield raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as exc:
-                raise UserError(f"{name} line {number}: not valid UTF-8 ({exc.reason}); "
-                                "convert the file to UTF-8") from None
-
-
-class _NoClose:
-    def __init__(self, stream):
-        self.stream = stream
-
-    def __enter__(self):
-        return self.stream
-
-    def __exit__(self, *exc):
-        return False

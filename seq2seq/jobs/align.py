@@ -21,8 +21,8 @@ Gold file: one line per sentence, 0-based ``i-j`` (or ``i-j-S``) sure links, ``i
 """
 from __future__ import annotations
 
-import argparse
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -39,16 +39,17 @@ from ..alignment.links import (
 from ..alignment.matrices import Link, check_layer_heads, words_from_pieces
 from ..alignment.records import AlignmentRecord
 from ..decoding.scoring import teacher_force
-from ..decoding.translator import Translator, read_lines
+from ..decoding.translator import Translator
+from ..config import AlignConfig
 from ..errors import UserError
-from ..io_utils import atomic_output, markdown_table
+from ..io_utils import atomic_output, markdown_table, read_lines
 from ..runtime import LOGGER
 from ..tokenizer import EOS_ID
 
 
 def force_align(translator: Translator, sources: Sequence[str], targets: Sequence[str],
-                layer: int | str = -2, heads: str | list[int] = "mean", method: str = "argmax",
-                threshold: float = 0.3, batch_size: int = 32,
+                layer: int | str = AlignConfig.layer, heads: str | list[int] = AlignConfig.heads,
+                method: str = AlignConfig.method, threshold: float = AlignConfig.threshold, batch_size: int = 32,
                 names: tuple[str, str] = ("source", "target")) -> list[set[Link]]:
     """Word-level (src, tgt) links per sentence pair from the attention of a teacher-forced pass
     over the given targets. ``names`` label the files in errors."""
@@ -72,45 +73,62 @@ def force_align(translator: Translator, sources: Sequence[str], targets: Sequenc
     return links
 
 
-def _read_parallel(args: argparse.Namespace) -> tuple[list[str], list[str], list[set[Link]], list[set[Link]]]:
-    for flag, path in (("--source", args.source), ("--target", args.target), ("--gold", args.gold)):
+@dataclass
+class AlignJob:
+    """``seq2seq align``'s options: the model(s), the parallel files and gold links, the alignment options."""
+
+    checkpoint: str
+    source: str
+    target: str
+    gold: str
+    backward_checkpoint: str | None = None  # a target->source model: symmetrized links
+    symmetrize: str | None = None  # which links --output gets (None: intersection with a backward model)
+    output: str | None = None  # Pharaoh lines of the chosen links
+    json: bool = False  # also print the scores as one JSON line
+    batch_size: int = 32  # sentence pairs per forward pass
+    device: str = "auto"
+    align: AlignConfig = field(default_factory=AlignConfig)
+
+
+def _read_parallel(job: AlignJob) -> tuple[list[str], list[str], list[set[Link]], list[set[Link]]]:
+    for flag, path in (("--source", job.source), ("--target", job.target), ("--gold", job.gold)):
         if not Path(path).is_file():
             raise UserError(f"{flag} {path}: no such file")
-    sources, targets = list(read_lines(args.source)), list(read_lines(args.target))
+    sources, targets = read_lines(job.source, "--source"), read_lines(job.target, "--target")
     if len(sources) != len(targets):
-        raise UserError(f"--source {args.source} has {len(sources)} lines but --target {args.target} has "
+        raise UserError(f"--source {job.source} has {len(sources)} lines but --target {job.target} has "
                         f"{len(targets)}; they must correspond line by line")
-    sure, possible = read_gold_alignments(args.gold, sources, targets)
+    sure, possible = read_gold_alignments(job.gold, sources, targets)
     return sources, targets, sure, possible
 
 
-def evaluate(args: argparse.Namespace) -> dict[str, AlignmentScores]:
+def evaluate(job: AlignJob) -> dict[str, AlignmentScores]:
     """Align, score every direction, write --output; returns the scores by name."""
-    sources, targets, sure, possible = _read_parallel(args)
-    settings = dict(method=args.align_method, threshold=args.align_threshold, batch_size=args.batch_size)
-    forward = Translator.from_checkpoint(args.checkpoint, device=args.device)
-    layer, heads = check_layer_heads(args.align_layer, args.align_heads, forward.model)
+    sources, targets, sure, possible = _read_parallel(job)
+    settings = dict(method=job.align.method, threshold=job.align.threshold, batch_size=job.batch_size)
+    forward = Translator.from_checkpoint(job.checkpoint, device=job.device)
+    layer, heads = check_layer_heads(job.align.layer, job.align.heads, forward.model)
     systems = {"forward": force_align(forward, sources, targets, layer, heads, **settings,
-                                      names=(f"--source {args.source}", f"--target {args.target}"))}
-    if args.backward_checkpoint:
-        backward = Translator.from_checkpoint(args.backward_checkpoint, device=args.device)
-        b_layer, b_heads = check_layer_heads(args.align_layer, args.align_heads, backward.model)
+                                      names=(f"--source {job.source}", f"--target {job.target}"))}
+    if job.backward_checkpoint:
+        backward = Translator.from_checkpoint(job.backward_checkpoint, device=job.device)
+        b_layer, b_heads = check_layer_heads(job.align.layer, job.align.heads, backward.model)
         links = force_align(backward, targets, sources, b_layer, b_heads, **settings,
-                            names=(f"--target {args.target}", f"--source {args.source}"))
+                            names=(f"--target {job.target}", f"--source {job.source}"))
         systems["backward"] = [transpose_links(x) for x in links]
         systems["intersection"] = [intersect_alignments(f, b)
                                    for f, b in zip(systems["forward"], systems["backward"])]
         systems["grow-diag-final"] = [grow_diag_final(f, b)
                                       for f, b in zip(systems["forward"], systems["backward"])]
-    chosen = args.symmetrize or ("intersection" if args.backward_checkpoint else "forward")
+    chosen = job.symmetrize or ("intersection" if job.backward_checkpoint else "forward")
     if chosen not in systems:
         raise UserError(f"--symmetrize {chosen} needs --backward-checkpoint (a target->source model)")
     scores = {name: alignment_error_rate(links, sure, possible) for name, links in systems.items()}
-    if args.output:
-        with atomic_output(args.output) as out:
+    if job.output:
+        with atomic_output(job.output) as out:
             out.writelines(to_pharaoh(links) + "\n" for links in systems[chosen])
     print(score_table(scores, chosen))
-    if args.json:
+    if job.json:
         print(json.dumps({name: vars(s) for name, s in scores.items()}))
     return scores
 

@@ -19,17 +19,18 @@ own attention, matrices and links.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ..decoding.ensemble import EnsembleModel
-from ..decoding.translator import Translation, Translator, default_batch_size, read_lines
+from ..decoding.translator import Translation, Translator, default_batch_size
+from ..config import AlignConfig, AttributionConfig, DecodeConfig
 from ..errors import UserError
-from ..io_utils import atomic_output, chunks
+from ..io_utils import atomic_output, chunks, iter_lines, read_lines
 from ..metrics import corpus_scores
 from ..runtime import LOGGER
 from ..alignment.matrices import check_layer_heads
@@ -42,68 +43,94 @@ MEMBER_KEYS = ("attention_shape", "layer_used", "subword_matrix", "word_matrix",
 ALTERNATIVE_KEYS = ("target", "tgt_pieces", "tgt_words", *MEMBER_KEYS)
 
 
-def translate_stream(args: argparse.Namespace) -> int:
-    """Run translate.py's job; returns the number of input lines translated."""
-    need_attention = bool(args.alignments or args.plot_dir or args.html)
-    _check_alignment_flags(args, need_attention)
-    translator = Translator.from_checkpoints(args.checkpoint, device=args.device,
-                                             max_input_tokens=args.max_input_tokens, precision=args.precision,
-                                             shortlist=args.shortlist)
-    if args.shortlist_sizes is not None:
+@dataclass
+class TranslateJob:
+    """What ``seq2seq translate`` does, as typed options: which model(s), which files, how to search, what to
+    export. ``input`` / ``output`` None or "-" are stdin / stdout."""
+
+    checkpoints: list[str]
+    input: str | None = "-"
+    output: str | None = "-"
+    reference: str | None = None  # print BLEU and chrF against this file
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    device: str = "auto"
+    precision: str = "fp32"
+    shortlist: str | None = None  # a file, or "auto": the run's shortlist.npz
+    shortlist_sizes: tuple[int, int] | None = None
+    alignments: str | None = None  # JSONL (+ .npz beside it)
+    plot_dir: str | None = None
+    html: str | None = None
+    max_plots: int = 100
+    align: AlignConfig = field(default_factory=AlignConfig)
+    attribution: AttributionConfig = field(default_factory=AttributionConfig)
+
+    @property
+    def need_attention(self) -> bool:
+        return bool(self.alignments or self.plot_dir or self.html)
+
+
+def translate_stream(job: TranslateJob) -> int:
+    """Run ``seq2seq translate``'s job; returns the number of input lines translated."""
+    _check_attribution(job)
+    decode = job.decode
+    translator = Translator.from_checkpoints(job.checkpoints, device=job.device,
+                                             max_input_tokens=decode.max_input_tokens, precision=job.precision,
+                                             shortlist=job.shortlist)
+    if job.shortlist_sizes is not None:
         if translator.shortlist is None:
             raise UserError("--shortlist-sizes needs --shortlist")
-        translator.shortlist = translator.shortlist.with_sizes(*args.shortlist_sizes)
-    references = list(read_lines(args.reference)) if args.reference else None
-    interactive = args.input in (None, "-") and sys.stdin.isatty()
-    if args.batch_size is None:
-        batch_size = default_batch_size(args.beam_size, args.sample, args.n_best)
+        translator.shortlist = translator.shortlist.with_sizes(*job.shortlist_sizes)
+    references = read_lines(job.reference, "--reference") if job.reference else None
+    interactive = job.input in (None, "-") and sys.stdin.isatty()
+    if decode.batch_size is None:
+        batch_size = default_batch_size(decode.beam_size, decode.sample, decode.n_best)
     else:
-        batch_size = args.batch_size
+        batch_size = decode.batch_size
     chunk_size = 1 if interactive else batch_size * 16
     texts: list[str] = []  # kept only for --reference scoring
     done = 0
     with ExitStack() as stack:
-        out = stack.enter_context(atomic_output(args.output))
-        sink = stack.enter_context(_alignment_sink(args, translator)) if need_attention else None
-        for chunk in chunks(read_lines(args.input), chunk_size):
+        out = stack.enter_context(atomic_output(job.output))
+        sink = stack.enter_context(_alignment_sink(job, translator)) if job.need_attention else None
+        for chunk in chunks(iter_lines(job.input, "--input"), chunk_size):
             results = translator.translate(
-                chunk, beam_size=args.beam_size, length_penalty=args.length_penalty, n_best=args.n_best,
-                batch_size=batch_size, max_output_ratio=args.max_output_ratio, need_attention=need_attention,
-                first_line=done + 1, sample=args.sample, top_k=args.top_k, top_p=args.top_p,
-                temperature=args.temperature, seed=args.seed,
+                chunk, beam_size=decode.beam_size, length_penalty=decode.length_penalty, n_best=decode.n_best,
+                batch_size=batch_size, max_output_ratio=decode.max_output_ratio, need_attention=job.need_attention,
+                first_line=done + 1, sample=decode.sample, top_k=decode.top_k, top_p=decode.top_p,
+                temperature=decode.temperature, seed=decode.seed,
             )
-            _write_results(out, results, done, args.n_best)
+            _write_results(out, results, done, decode.n_best)
             if sink is not None:
                 sink.add(results, first_index=done)
             if references is not None:
                 texts.extend(r.text for r in results)
             done += len(results)
     if references is not None:
-        _print_scores(texts, references, args)
+        _print_scores(texts, references, job)
     return done
 
 
-def _check_alignment_flags(args: argparse.Namespace, need_attention: bool) -> None:
-    if args.attribution and not need_attention:
+def _check_attribution(job: TranslateJob) -> None:
+    methods = job.attribution.methods
+    if methods and not job.need_attention:
         raise UserError("--attribution needs --alignments FILE, --plot-dir DIR and/or --html FILE to write its "
                         "matrices to")
     from ..attribution.base import GRADIENT_METHODS
-    from ..attribution.perturbation import METHODS as PERTURBATION_METHODS
-    from ..attribution.perturbation import min_samples
+    from ..attribution.perturbation import METHODS as PERTURBATION_METHODS, min_samples
 
-    gradients = [method for method in GRADIENT_METHODS if method in (args.attribution or [])]
-    if gradients and len(args.checkpoint) > 1:
+    gradients = [method for method in GRADIENT_METHODS if method in methods]
+    if gradients and len(job.checkpoints) > 1:
         raise UserError(f"--attribution {' '.join(gradients)} differentiates one model; with several "
                         "--checkpoint (an ensemble) use --attribution occlusion, lime or kernel-shap")
-    if gradients and args.precision == "int8":
+    if gradients and job.precision == "int8":
         raise UserError(f"--attribution {' '.join(gradients)} differentiates the model, and --precision int8 "
                         "layers have no gradients; use --attribution occlusion, lime or kernel-shap, or "
                         "--precision fp32")
-    if "integrated-gradients" in (args.attribution or []) and args.ig_steps < 1:
-        raise UserError(f"--ig-steps must be >= 1, got {args.ig_steps}")
-    if set(PERTURBATION_METHODS) & set(args.attribution or []) and args.attribution_samples < min_samples(1):
+    if "integrated-gradients" in methods and job.attribution.ig_steps < 1:
+        raise UserError(f"--ig-steps must be >= 1, got {job.attribution.ig_steps}")
+    if set(PERTURBATION_METHODS) & set(methods) and job.attribution.samples < min_samples(1):
         raise UserError(f"--attribution-samples must be >= {min_samples(1)} (2 (words + 1) for a one-word "
-                        f"source), got {args.attribution_samples}")
+                        f"source), got {job.attribution.samples}")
 
 
 def _write_results(out, results: list[Translation], offset: int, n_best: int) -> None:
@@ -116,10 +143,10 @@ def _write_results(out, results: list[Translation], offset: int, n_best: int) ->
     out.flush()
 
 
-def _print_scores(texts: list[str], references: list[str], args: argparse.Namespace) -> None:
+def _print_scores(texts: list[str], references: list[str], job: TranslateJob) -> None:
     if len(texts) != len(references):
-        raise UserError(f"--reference {args.reference} has {len(references)} lines but the input "
-                        f"{args.input} has {len(texts)}; they must match line by line")
+        raise UserError(f"--reference {job.reference} has {len(references)} lines but the input "
+                        f"{job.input} has {len(texts)}; they must match line by line")
     for score in corpus_scores(texts, references, ("bleu", "chrf")).values():
         print(str(score), file=sys.stderr)
 
@@ -128,38 +155,37 @@ class _alignment_sink:
     """Collects translations for --alignments (JSONL + npz), --plot-dir (heatmaps) and --html (the viewer,
     with every layer and head); with --attribution also computes and exports/plots attribution matrices."""
 
-    def __init__(self, args: argparse.Namespace, translator: Translator) -> None:
+    def __init__(self, job: TranslateJob, translator: Translator) -> None:
         from ..alignment.records import AlignmentWriter
 
-        self.args, self.translator = args, translator
-        self.layer, self.heads = check_layer_heads(args.align_layer, args.align_heads, translator.model)
+        self.job, self.translator = job, translator
+        self.layer, self.heads = check_layer_heads(job.align.layer, job.align.heads, translator.model)
         self.members: list[tuple[str, object]] = []  # (checkpoint, model) of every ensemble member
         if isinstance(translator.model, EnsembleModel):
             names = translator.checkpoints or [f"member {m}" for m in range(len(translator.model.members))]
             self.members = list(zip(names, translator.model.members))
             for name, member in self.members:
                 try:
-                    check_layer_heads(args.align_layer, args.align_heads, member)
+                    check_layer_heads(job.align.layer, job.align.heads, member)
                 except UserError as exc:
                     raise UserError(f"{exc} (ensemble member {name})") from None
-        self.options = dict(include_eos=args.include_eos, method=args.align_method,
-                            threshold=args.align_threshold)
-        self.methods = list(dict.fromkeys(args.attribution or []))
+        self.options = job.align.link_options()
+        self.methods = list(dict.fromkeys(job.attribution.methods))
         self.plottable = 0  # sentences with attention seen so far (--max-plots of them are plotted)
         self.writer = None
-        if args.alignments:
-            path = Path(args.alignments)
+        if job.alignments:
+            path = Path(job.alignments)
             if path.suffix == ".npz":
                 raise UserError(f"--alignments {path}: give the JSONL path (e.g. align.jsonl); the "
                                 ".npz arrays are written beside it")
             self.writer = AlignmentWriter(path, path.with_suffix(".npz"), layer=self.layer,
                                           heads=self.heads, **self.options)
         self.viewer = None
-        if args.html:
+        if job.html:
             from ..alignment.viewer import ViewerWriter
 
-            name = "standard input" if args.input in (None, "-") else Path(args.input).name
-            self.viewer = ViewerWriter(args.html, f"seq2seq translate: {name}")
+            name = "standard input" if job.input in (None, "-") else Path(job.input).name
+            self.viewer = ViewerWriter(job.html, f"seq2seq translate: {name}")
 
     def __enter__(self):
         with ExitStack() as stack:
@@ -180,12 +206,12 @@ class _alignment_sink:
                 self.writer.write(record)
             if self.viewer is not None:
                 self.viewer.add(record.to_json(), record.attention)
-            if self.args.plot_dir and result.attention is not None:
+            if self.job.plot_dir and result.attention is not None:
                 self.plottable += 1
-                if self.plottable <= self.args.max_plots:
+                if self.plottable <= self.job.max_plots:
                     self._plot(record, attributions)
-                elif self.plottable == self.args.max_plots + 1:  # thousands of files for a large input
-                    LOGGER.warning(f"--plot-dir: plotted the first {self.args.max_plots} sentences (--max-plots); "
+                elif self.plottable == self.job.max_plots + 1:  # thousands of files for a large input
+                    LOGGER.warning(f"--plot-dir: plotted the first {self.job.max_plots} sentences (--max-plots); "
                                    "the rest are translated (and exported with --alignments) but not plotted")
 
     def _record(self, result: Translation, index: int):
@@ -235,9 +261,9 @@ class _alignment_sink:
 
         out = []
         for name in self.methods:
-            attribution = attribute_translation(self.translator, result, name, self.args.ig_steps,
-                                                samples=self.args.attribution_samples,
-                                                seed=self.args.attribution_seed, layer=self.layer,
+            attribution = attribute_translation(self.translator, result, name, self.job.attribution.ig_steps,
+                                                samples=self.job.attribution.samples,
+                                                seed=self.job.attribution.seed, layer=self.layer,
                                                 heads=self.heads)
             attr_record = attribution.record_for(result, record.index, **self.options)
             record.extra.setdefault("attribution", {})[name] = attribution.to_json(attr_record)
@@ -252,7 +278,7 @@ class _alignment_sink:
         ``{index:05d}_attribution.png``: attention | each method, word level, same colour scale."""
         from ..alignment.plotting import plot_records, plot_side_by_side
 
-        out = Path(self.args.plot_dir)
+        out = Path(self.job.plot_dir)
         plot_records([record], out)
         if attributions:
             heads = record.heads if isinstance(record.heads, str) else ",".join(map(str, record.heads))

@@ -128,8 +128,8 @@ def sentence_json(translation: Translation, index: int, settings: ServeSettings,
 
 
 def _alignment(translation: Translation, index: int, settings: ServeSettings) -> dict[str, Any]:
-    record = translation.alignment_record(index, settings.align_layer, settings.align_heads, settings.include_eos,
-                                          settings.align_method, settings.align_threshold).to_json()
+    record = translation.alignment_record(index, settings.align.layer, settings.align.heads,
+                                          **settings.align.link_options()).to_json()
     keys = ("src_pieces", "tgt_pieces", "src_words", "tgt_words", "word_matrix", "pharaoh_word", "pharaoh_subword",
             "heads", "method")
     layer = record["layer_used"]

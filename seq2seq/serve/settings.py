@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from ..config import DecodeConfig, option
+from ..config import AlignConfig, DecodeConfig, option
 from ..errors import UserError
 
 
@@ -48,17 +48,13 @@ class Limits:
 @dataclass
 class ServeSettings:
     """Everything ``create_app`` needs besides the translator. Decoding defaults are
-    ``DecodeConfig``'s (the same as ``seq2seq translate``); the ``align_*`` fields are read as
-    ``seq2seq translate --align-*`` are (``Translation.alignment_record``)."""
+    ``DecodeConfig``'s (the same as ``seq2seq translate``); ``align`` is read as ``seq2seq translate
+    --align-*`` is (``AlignConfig``, ``Translation.alignment_record``)."""
 
     limits: Limits = field(default_factory=Limits)
     beam_size: int | None = DecodeConfig.beam_size  # None: DEFAULT_BEAM_SIZE
     n_best: int = DecodeConfig.n_best
     length_penalty: float = DecodeConfig.length_penalty
     max_output_ratio: float = DecodeConfig.max_output_ratio
-    align_layer: int | str = -2
-    align_heads: str | list[int] = "mean"
-    align_method: str = "argmax"
-    align_threshold: float = 0.3
-    include_eos: bool = False
+    align: AlignConfig = field(default_factory=AlignConfig)
     precision: str = "fp32"  # shown by GET /health

@@ -27,7 +27,7 @@ importance, pruning), ``figures``, ``render`` (markdown), ``report`` (inputs, mo
 """
 from .heads import cross_attention_layers, head_importance, masked_heads, pruning_order
 from .render import render_markdown
-from .report import analyze, build_report, read_corpus
+from .report import AnalyzeJob, analyze, build_report, read_corpus
 from .stats import (
     CLASSES,
     RowStatistics,
@@ -42,6 +42,6 @@ from .stats import (
     row_statistics,
 )
 
-__all__ = ["CLASSES", "RowStatistics", "SourceMass", "analyze", "build_report", "cross_attention_layers",
+__all__ = ["AnalyzeJob", "CLASSES", "RowStatistics", "SourceMass", "analyze", "build_report", "cross_attention_layers",
            "diagonal_distance", "entropy", "function_words", "gini", "head_aer", "head_importance", "masked_heads",
            "normalized_entropy", "piece_classes", "pruning_order", "read_corpus", "render_markdown", "row_statistics"]

@@ -1,11 +1,10 @@
 """Reading and checking the inputs, analysing each model, and publishing the report directory."""
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -14,6 +13,7 @@ import numpy as np
 from ...alignment.links import alignment_error_rate, extract_links, read_gold_alignments
 from ...alignment.matrices import aggregate, check_layer_heads, words_from_pieces
 from ...alignment.records import AlignmentRecord
+from ...config import DEFAULT_BEAM_SIZE, AlignConfig
 from ...data.files import read_lines
 from ...decoding.scoring import teacher_force
 from ...errors import UserError
@@ -32,6 +32,29 @@ RNN_NOTE = ("the RNN has a single attention (one layer, one head), so there is n
 
 
 @dataclass
+class AnalyzeJob:
+    """What ``seq2seq analyze`` takes: the models, the text (and optionally references and gold links),
+    the report directory and the analysis settings. ``argv`` is the command line the report records."""
+
+    checkpoint: list[str]  # run directories (their best.pt) or .pt files; one report column each
+    input: str  # source sentences, one per line (empty lines are skipped)
+    output_dir: str  # the report directory (new, or an earlier report to replace)
+    names: list[str] | None = None
+    reference: str | None = None  # force-decode these (None: the models' own translations)
+    gold_alignments: str | None = None  # Pharaoh gold links of input / reference: AER per layer and head
+    beam_size: int = DEFAULT_BEAM_SIZE
+    batch_size: int | None = None  # None: 32 force-decoding, 320 / beam size translating
+    bleu_sentences: int = 100  # BLEU of masked and pruned models on the first N analysed sentences
+    max_pruned: int | None = None  # pruning curve up to K heads masked (None: all)
+    function_words: int = 50  # the N most frequent source words count as function words
+    top_words: int = 15  # list the N source words with the most attention mass
+    align: AlignConfig = field(default_factory=AlignConfig)
+    device: str = "auto"
+    quiet: bool = False
+    argv: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Corpus:
     """The analysed text: all input lines, the references (None: the models' own translations are
     analysed) and gold links (None), and which lines are analysed (those with a source)."""
@@ -43,34 +66,34 @@ class Corpus:
     functional: list[str]
 
 
-def check_args(args: argparse.Namespace) -> None:
-    for flag, value, least in (("--beam-size", args.beam_size, 1), ("--batch-size", args.batch_size, 1),
-                               ("--bleu-sentences", args.bleu_sentences, 0), ("--max-pruned", args.max_pruned, 0),
-                               ("--function-words", args.function_words, 0), ("--top-words", args.top_words, 1)):
+def check_args(job: AnalyzeJob) -> None:
+    for flag, value, least in (("--beam-size", job.beam_size, 1), ("--batch-size", job.batch_size, 1),
+                               ("--bleu-sentences", job.bleu_sentences, 0), ("--max-pruned", job.max_pruned, 0),
+                               ("--function-words", job.function_words, 0), ("--top-words", job.top_words, 1)):
         if value is not None and value < least:
             raise UserError(f"{flag} must be an integer >= {least}, got {value}")
-    if args.gold_alignments and not args.reference:
-        raise UserError(f"--gold-alignments {args.gold_alignments} needs --reference: gold links refer to the "
+    if job.gold_alignments and not job.reference:
+        raise UserError(f"--gold-alignments {job.gold_alignments} needs --reference: gold links refer to the "
                         "reference translations, which are then force-decoded")
 
 
-def read_corpus(args: argparse.Namespace) -> Corpus:
+def read_corpus(job: AnalyzeJob) -> Corpus:
     """--input, --reference and --gold-alignments, checked against each other (UserErrors name the
     file and line)."""
-    sources = read_lines(Path(args.input), "--input")
-    references = read_lines(Path(args.reference), "--reference") if args.reference else None
+    sources = read_lines(Path(job.input), "--input")
+    references = read_lines(Path(job.reference), "--reference") if job.reference else None
     if references is not None and len(references) != len(sources):
-        raise UserError(f"--reference {args.reference} has {len(references)} lines but --input {args.input} has "
+        raise UserError(f"--reference {job.reference} has {len(references)} lines but --input {job.input} has "
                         f"{len(sources)}; give one reference line per input line")
     indices = [i for i, line in enumerate(sources) if line.strip()]
     if not indices:
-        raise UserError(f"--input {args.input} has no non-empty line; nothing to analyse")
+        raise UserError(f"--input {job.input} has no non-empty line; nothing to analyse")
     gold = None
-    if args.gold_alignments:
-        if not Path(args.gold_alignments).is_file():
-            raise UserError(f"--gold-alignments {args.gold_alignments}: no such file")
-        gold = read_gold_alignments(args.gold_alignments, sources, references, flag="--gold-alignments")
-    return Corpus(sources, references, gold, indices, function_words(sources, args.function_words))
+    if job.gold_alignments:
+        if not Path(job.gold_alignments).is_file():
+            raise UserError(f"--gold-alignments {job.gold_alignments}: no such file")
+        gold = read_gold_alignments(job.gold_alignments, sources, references, flag="--gold-alignments")
+    return Corpus(sources, references, gold, indices, function_words(sources, job.function_words))
 
 
 def check_out_dir(out: Path) -> None:
@@ -82,31 +105,31 @@ def check_out_dir(out: Path) -> None:
                         "choose a new directory or empty it")
 
 
-def targets_of(system: System, corpus: Corpus, args: argparse.Namespace) -> tuple[list[list[int]], list[str]]:
+def targets_of(system: System, corpus: Corpus, job: AnalyzeJob) -> tuple[list[list[int]], list[str]]:
     """Target ids and texts of the analysed lines: the references, or the model's own translations
     (``--beam-size``; 1 = greedy)."""
     tok, limit = system.translator.tokenizer, system.translator.max_input_tokens
     if corpus.references is not None:
         texts = [corpus.references[i] for i in corpus.indices]
         return [tok.encode(t.strip())[:limit] for t in texts], texts
-    log("translate", model=system.name, sentences=len(corpus.indices), beam=args.beam_size, quiet=args.quiet)
-    hyps = system.translator.translate([corpus.sources[i] for i in corpus.indices], beam_size=args.beam_size,
-                                       batch_size=args.batch_size, need_attention=False, progress=not args.quiet)
+    log("translate", model=system.name, sentences=len(corpus.indices), beam=job.beam_size, quiet=job.quiet)
+    hyps = system.translator.translate([corpus.sources[i] for i in corpus.indices], beam_size=job.beam_size,
+                                       batch_size=job.batch_size, need_attention=False, progress=not job.quiet)
     return [h.tokens for h in hyps], [h.text for h in hyps]
 
 
-def analyze_model(system: System, corpus: Corpus, args: argparse.Namespace) -> dict[str, Any]:
+def analyze_model(system: System, corpus: Corpus, job: AnalyzeJob) -> dict[str, Any]:
     """Every statistic of one model over the corpus (JSON-able apart from numpy arrays)."""
     translator, model = system.translator, system.translator.model
     tok, limit = translator.tokenizer, translator.max_input_tokens
-    layer, heads = check_layer_heads(args.align_layer, args.align_heads, model)
+    layer, heads = check_layer_heads(job.align.layer, job.align.heads, model)
     src_ids = [tok.encode(corpus.sources[i].strip())[:limit] + [EOS_ID] for i in corpus.indices]
-    tgt_ids, tgt_texts = targets_of(system, corpus, args)
+    tgt_ids, tgt_texts = targets_of(system, corpus, job)
     order = sorted(range(len(src_ids)), key=lambda k: -len(src_ids[k]))  # similar lengths per batch
     sorted_src, sorted_tgt = [src_ids[k] for k in order], [tgt_ids[k] for k in order]
-    log("force", model=system.name, sentences=len(order), quiet=args.quiet)
+    log("force", model=system.name, sentences=len(order), quiet=job.quiet)
     log_probs, forced = teacher_force(model, sorted_src, sorted_tgt, need_attention=True,
-                                      batch_size=args.batch_size or 32)
+                                      batch_size=job.batch_size or 32)
     attention = dict(zip(order, forced))  # (L, H, T+1, S+1) per analysed line
     functional = set(corpus.functional)
     per_head = RowStatistics(model.attention_layers, model.attention_heads)
@@ -125,16 +148,16 @@ def analyze_model(system: System, corpus: Corpus, args: argparse.Namespace) -> d
             mismatched += (len(words_from_pieces(src_pieces[:-1])) != len(source.split())
                            or len(words_from_pieces(tgt_pieces[:-1])) != len(target.split()))
             record = AlignmentRecord.build(line, source, target, src_pieces, tgt_pieces, a, layer=layer, heads=heads,
-                                           method=args.align_method, threshold=args.align_threshold)
+                                           method=job.align.method, threshold=job.align.threshold)
             head_words.append(record.word_attention())  # (L, H, Tw, Sw), EOS dropped
-            pooled_links.append(extract_links(record.words, args.align_method, args.align_threshold))
+            pooled_links.append(extract_links(record.words, job.align.method, job.align.threshold))
     entry: dict[str, Any] = {
         "name": system.name, "checkpoint": display_path(system.checkpoint), "model": system.model,
         "parameters": system.parameters, "layers": model.attention_layers, "heads": model.attention_heads,
         "sentences": len(corpus.indices), "target_rows": per_head.rows,
         "loss": -float(sum(lp.sum() for lp in log_probs)) / max(sum(len(lp) for lp in log_probs), 1),
         "per_head": per_head.means(), "aggregate": {n: float(v[0, 0]) for n, v in pooled.means().items()},
-        "classes": mass.classes(), "top_words": mass.top_words(args.top_words),
+        "classes": mass.classes(), "top_words": mass.top_words(job.top_words),
         "aer": None, "aggregate_aer": None, "importance": None, "importance_note": None,
     }
     if corpus.gold is not None:
@@ -142,20 +165,20 @@ def analyze_model(system: System, corpus: Corpus, args: argparse.Namespace) -> d
             LOGGER.warning(f"warning: {system.name}: {mismatched} sentence pair(s) have a different number of "
                            "words after tokenization than whitespace words; gold word indices may be off there")
         sure, possible = ([g[i] for i in corpus.indices] for g in corpus.gold)
-        entry["aer"] = head_aer(head_words, sure, possible, args.align_method, args.align_threshold)
+        entry["aer"] = head_aer(head_words, sure, possible, job.align.method, job.align.threshold)
         entry["aggregate_aer"] = vars(alignment_error_rate(pooled_links, sure, possible))
     if cross_attention_layers(model) is None:
         entry["importance_note"] = RNN_NOTE
-        log("importance", model=system.name, skipped=RNN_NOTE, quiet=args.quiet)
+        log("importance", model=system.name, skipped=RNN_NOTE, quiet=job.quiet)
         return entry
-    subset = list(range(min(args.bleu_sentences, len(corpus.indices))))
+    subset = list(range(min(job.bleu_sentences, len(corpus.indices))))
     bleu_refs = ([corpus.references[corpus.indices[k]] for k in subset] if corpus.references is not None
                  else [tgt_texts[k] for k in subset])
     log("importance", model=system.name, heads=model.attention_layers * model.attention_heads,
-        bleu_sentences=len(subset), quiet=args.quiet)
+        bleu_sentences=len(subset), quiet=job.quiet)
     entry["importance"] = head_importance(translator, sorted_src, sorted_tgt,
                                           [corpus.sources[corpus.indices[k]] for k in subset], bleu_refs,
-                                          args.beam_size, args.batch_size, args.max_pruned, args.quiet)
+                                          job.beam_size, job.batch_size, job.max_pruned, job.quiet)
     return entry
 
 
@@ -190,20 +213,20 @@ def model_plots(entry: dict[str, Any], root: Path) -> dict[str, str]:
     return {"heads": path.relative_to(root).as_posix()}
 
 
-def settings(args: argparse.Namespace, corpus: Corpus, device: str) -> dict[str, Any]:
-    forced = "reference" if corpus.references is not None else f"translations (beam {args.beam_size})"
-    return {"input": display_path(args.input), "reference": display_path(args.reference) if args.reference else None,
-            "gold_alignments": display_path(args.gold_alignments) if args.gold_alignments else None,
+def settings(job: AnalyzeJob, corpus: Corpus, device: str) -> dict[str, Any]:
+    forced = "reference" if corpus.references is not None else f"translations (beam {job.beam_size})"
+    return {"input": display_path(job.input), "reference": display_path(job.reference) if job.reference else None,
+            "gold_alignments": display_path(job.gold_alignments) if job.gold_alignments else None,
             "lines": len(corpus.sources), "sentences": len(corpus.indices), "attention_from": forced,
-            "beam_size": args.beam_size, "batch_size": args.batch_size, "bleu_sentences": args.bleu_sentences,
-            "max_pruned": args.max_pruned, "align_layer": args.align_layer, "align_heads": args.align_heads,
-            "align_method": args.align_method, "align_threshold": args.align_threshold,
-            "function_words": args.function_words, "top_words": args.top_words, "device": device}
+            "beam_size": job.beam_size, "batch_size": job.batch_size, "bleu_sentences": job.bleu_sentences,
+            "max_pruned": job.max_pruned, "align_layer": job.align.layer_flag, "align_heads": job.align.heads_flag,
+            "align_method": job.align.method, "align_threshold": job.align.threshold,
+            "function_words": job.function_words, "top_words": job.top_words, "device": device}
 
 
-def build_report(systems: Sequence[System], corpus: Corpus, args: argparse.Namespace, root: Path) -> dict[str, Any]:
+def build_report(systems: Sequence[System], corpus: Corpus, job: AnalyzeJob, root: Path) -> dict[str, Any]:
     """Analyse every model, plot into ``root``; the JSON-able report."""
-    models = [analyze_model(system, corpus, args) for system in systems]
+    models = [analyze_model(system, corpus, job) for system in systems]
     for entry in models:
         entry["plots"] = model_plots(entry, root)
     plots = {"classes": plot_class_shares(models, root / "plots" / "class_shares.png").relative_to(root).as_posix()}
@@ -211,27 +234,27 @@ def build_report(systems: Sequence[System], corpus: Corpus, args: argparse.Names
     if pruned:
         plots["pruning"] = [p.relative_to(root).as_posix() for p in plot_pruning(pruned, root / "plots")]
     return jsonable({
-        "command": "seq2seq analyze " + shlex.join(getattr(args, "argv", [])),
-        "date": time.strftime("%Y-%m-%d %H:%M"), "settings": settings(args, corpus, str(systems[0].translator.device)),
+        "command": "seq2seq analyze " + shlex.join(job.argv),
+        "date": time.strftime("%Y-%m-%d %H:%M"), "settings": settings(job, corpus, str(systems[0].translator.device)),
         "versions": versions(), "function_words": corpus.functional, "models": models, "plots": plots,
     })
 
 
-def analyze(args: argparse.Namespace) -> Path:
+def analyze(job: AnalyzeJob) -> Path:
     """Everything ``seq2seq analyze`` does, from parsed arguments; returns the report directory.
     Inputs are checked before any model runs; the directory appears only when complete."""
-    check_args(args)
-    corpus = read_corpus(args)
-    out = Path(args.output_dir)
+    check_args(job)
+    corpus = read_corpus(job)
+    out = Path(job.output_dir)
     check_out_dir(out)
-    checkpoints = [resolve_checkpoint(run) for run in args.checkpoint]
-    names = system_names(checkpoints, args.names)
-    systems = [load_system(str(ckpt), name, args.device) for ckpt, name in zip(checkpoints, names)]
+    checkpoints = [resolve_checkpoint(run) for run in job.checkpoint]
+    names = system_names(checkpoints, job.names)
+    systems = [load_system(str(ckpt), name, job.device) for ckpt, name in zip(checkpoints, names)]
     for system in systems:
-        check_layer_heads(args.align_layer, args.align_heads, system.translator.model)
+        check_layer_heads(job.align.layer, job.align.heads, system.translator.model)
     with staged_directory(out) as root:
-        report = build_report(systems, corpus, args, root)
+        report = build_report(systems, corpus, job, root)
         (root / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         (root / "report.md").write_text(render_markdown(report), encoding="utf-8")
-    log("report", path=out / "report.md", quiet=args.quiet)
+    log("report", path=out / "report.md", quiet=job.quiet)
     return out

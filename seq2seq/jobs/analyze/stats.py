@@ -28,6 +28,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ...config import AlignConfig
 from ...alignment.links import alignment_error_rate, extract_links
 from ...alignment.matrices import EOS, WORD_START, word_spans, words_from_pieces
 
@@ -219,7 +220,7 @@ class SourceMass:
 
 
 def head_aer(word_attention: Sequence[np.ndarray], sure: Sequence[set], possible: Sequence[set],
-             method: str = "argmax", threshold: float = 0.3) -> np.ndarray:
+             method: str = AlignConfig.method, threshold: float = AlignConfig.threshold) -> np.ndarray:
     """AER (Och & Ney 2003, ``alignment_error_rate``) of every (layer, head)'s hard links
     (``extract_links``: argmax or threshold) against gold sure / possible links, from one word-level
     (L, H, Tw, Sw) array per sentence (EOS dropped) -> (L, H)."""

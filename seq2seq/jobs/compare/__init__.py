@@ -28,11 +28,12 @@ forced alignments, sentence choice), ``curves`` (budgets, crossings), ``figures`
 """
 from .constants import DEFAULT_BUCKETS
 from .curves import BUDGET_MINUTES, at_budgets, budget_summary, crossings
+from .job import CompareJob
 from .decode import input_files, load_system, read_test_set
 from .render import render_markdown
 from .report import build_report, compare
 from .stats import check_sentence_ids, forced_attention, forced_attentions, length_buckets, pick_sentences, significance
 
-__all__ = ["BUDGET_MINUTES", "DEFAULT_BUCKETS", "at_budgets", "budget_summary", "build_report", "check_sentence_ids",
-           "compare", "crossings", "forced_attention", "forced_attentions", "input_files", "length_buckets",
-           "load_system", "pick_sentences", "read_test_set", "render_markdown", "significance"]
+__all__ = ["BUDGET_MINUTES", "DEFAULT_BUCKETS", "CompareJob", "at_budgets", "budget_summary", "build_report",
+           "check_sentence_ids", "compare", "crossings", "forced_attention", "forced_attentions", "input_files",
+           "length_buckets", "load_system", "pick_sentences", "read_test_set", "render_markdown", "significance"]

@@ -1,7 +1,6 @@
 """Loading the compared systems and the test set, and decoding it with each (timed)."""
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from ...data.files import read_lines
 from ...decoding.translator import Translator
 from ...errors import UserError
 from ...runtime import log
+from .job import CompareJob
 
 
 @dataclass
@@ -115,20 +115,20 @@ def load_system(arg: str, name: str, device: str) -> System:
 
 
 
-def input_files(args: argparse.Namespace) -> tuple[Path, Path]:
+def input_files(job: CompareJob) -> tuple[Path, Path]:
     """--source/--reference, or the --data-dir shortcut DIR/SPLIT.SRC and DIR/SPLIT.TGT."""
-    explicit = args.source is not None or args.reference is not None
-    if explicit and args.data_dir is not None:
+    explicit = job.source is not None or job.reference is not None
+    if explicit and job.data_dir is not None:
         raise UserError("give either --source and --reference or --data-dir (with --src, --tgt), not both")
-    if args.data_dir is not None:
-        if not (args.src and args.tgt):
+    if job.data_dir is not None:
+        if not (job.src and job.tgt):
             raise UserError("--data-dir needs --src and --tgt (language suffixes, e.g. --src de --tgt en)")
-        return (Path(args.data_dir) / f"{args.split}.{args.src}",
-                Path(args.data_dir) / f"{args.split}.{args.tgt}")
-    if args.source is None or args.reference is None:
+        return (Path(job.data_dir) / f"{job.split}.{job.src}",
+                Path(job.data_dir) / f"{job.split}.{job.tgt}")
+    if job.source is None or job.reference is None:
         raise UserError("give --source and --reference (parallel text files), or --data-dir DIR "
                         "--src de --tgt en [--split test_2016_flickr]")
-    return Path(args.source), Path(args.reference)
+    return Path(job.source), Path(job.reference)
 
 
 def read_test_set(source: Path, reference: Path) -> tuple[list[str], list[str]]:

@@ -1,7 +1,7 @@
 """Building the report directory: decode, score, plot, render, then publish atomically."""
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -31,6 +31,7 @@ from .decode import (
     resolve_checkpoint,
     system_names,
 )
+from .job import CompareJob
 from .figures import plot_learning, plot_length_buckets, plot_sentence
 from .render import render_markdown
 from .stats import (
@@ -101,21 +102,21 @@ def alignment_examples(systems: Sequence[System], ids: list[int], sources: list[
     return examples
 
 
-def decode_all(systems: Sequence[System], sources: list[str], args: argparse.Namespace) -> dict[str, Decoded]:
+def decode_all(systems: Sequence[System], sources: list[str], job: CompareJob) -> dict[str, Decoded]:
     decoded = {}
     for system in systems:
-        log("decode", system=system.name, sentences=len(sources), beam=args.beam_size, quiet=args.quiet)
-        decoded[system.name] = decode_system(system, sources, args.beam_size, args.batch_size, args.quiet)
+        log("decode", system=system.name, sentences=len(sources), beam=job.beam_size, quiet=job.quiet)
+        decoded[system.name] = decode_system(system, sources, job.beam_size, job.batch_size, job.quiet)
     return decoded
 
 
-def report_settings(args: argparse.Namespace, sentences: int, device: torch.device) -> dict[str, Any]:
-    return {"source": display_path(args.source_path), "reference": display_path(args.reference_path),
+def report_settings(job: CompareJob, sentences: int, device: torch.device) -> dict[str, Any]:
+    return {"source": display_path(job.source_path), "reference": display_path(job.reference_path),
             "sentences": sentences,
-            "beam_size": args.beam_size, "batch_size": args.batch_size, "device": str(device),
-            "length_buckets": list(args.length_buckets),
-            "sentence_choice": "--sentence-ids" if args.sentence_ids is not None else "largest chrF spread",
-            "gold": str(args.gold) if args.gold else None}
+            "beam_size": job.beam_size, "batch_size": job.batch_size, "device": str(device),
+            "length_buckets": list(job.length_buckets),
+            "sentence_choice": "--sentence-ids" if job.sentence_ids is not None else "largest chrF spread",
+            "gold": str(job.gold) if job.gold else None}
 
 
 def summary_plots(report: dict[str, Any], systems: Sequence[System], root: Path) -> dict[str, list[str]]:
@@ -127,28 +128,28 @@ def summary_plots(report: dict[str, Any], systems: Sequence[System], root: Path)
 
 
 def build_report(systems: Sequence[System], sources: list[str], references: list[str],
-                 args: argparse.Namespace, gold: tuple[list, list] | None, root: Path) -> dict[str, Any]:
+                 job: CompareJob, gold: tuple[list, list] | None, root: Path) -> dict[str, Any]:
     """Decode, score, test, plot; files land in ``root``, numbers in the returned JSON-able dict."""
     names = [s.name for s in systems]
-    decoded = decode_all(systems, sources, args)
+    decoded = decode_all(systems, sources, job)
     hypotheses = [decoded[n].beam for n in names]
     hyp_files = write_hypotheses(names, decoded, root)
-    log("significance", bootstrap=args.bootstrap, ar_trials=args.ar_trials, quiet=args.quiet)
+    log("significance", bootstrap=job.bootstrap, ar_trials=job.ar_trials, quiet=job.quiet)
     report: dict[str, Any] = {
-        "command": "seq2seq compare " + shlex.join(getattr(args, "argv", [])),
+        "command": "seq2seq compare " + shlex.join(job.argv),
         "date": time.strftime("%Y-%m-%d %H:%M"),
-        "settings": report_settings(args, len(sources), systems[0].translator.device),
+        "settings": report_settings(job, len(sources), systems[0].translator.device),
         "versions": versions(),
         "systems": [system_entry(s, decoded[s.name], references, hyp_files[s.name]) for s in systems],
-        "quality": significance(names, hypotheses, references, args.bootstrap, args.ar_trials),
-        "length_buckets": bucket_bleu(length_buckets(sources, args.length_buckets), names, hypotheses, references),
-        "budgets": budget_summary(names, [s.curve for s in systems], args.budgets),
+        "quality": significance(names, hypotheses, references, job.bootstrap, job.ar_trials),
+        "length_buckets": bucket_bleu(length_buckets(sources, job.length_buckets), names, hypotheses, references),
+        "budgets": budget_summary(names, [s.curve for s in systems], job.budgets),
     }
     report["plots"] = summary_plots(report, systems, root)
     chrf = {n: sentence_chrf(decoded[n].beam, references) for n in names}
-    ids = args.sentence_ids if args.sentence_ids is not None else pick_sentences(chrf, sources, args.sentences)
-    log("alignments", sentences=len(ids), gold=bool(gold), quiet=args.quiet)
-    report["examples"] = alignment_examples(systems, ids, sources, references, chrf, args.beam_size, root)
+    ids = job.sentence_ids if job.sentence_ids is not None else pick_sentences(chrf, sources, job.sentences)
+    log("alignments", sentences=len(ids), gold=bool(gold), quiet=job.quiet)
+    report["examples"] = alignment_examples(systems, ids, sources, references, chrf, job.beam_size, root)
     report["aer"] = {s.name: gold_aer(s.translator, sources, references, *gold) for s in systems} if gold else None
     return report
 
@@ -181,35 +182,35 @@ def staged_directory(out: Path) -> Iterator[Path]:
         yield tmp
 
 
-def check_args(args: argparse.Namespace) -> None:
-    for flag, value in (("--beam-size", args.beam_size), ("--batch-size", args.batch_size),
-                        ("--sentences", args.sentences), ("--bootstrap", args.bootstrap),
-                        ("--ar-trials", args.ar_trials)):
+def check_args(job: CompareJob) -> None:
+    for flag, value in (("--beam-size", job.beam_size), ("--batch-size", job.batch_size),
+                        ("--sentences", job.sentences), ("--bootstrap", job.bootstrap),
+                        ("--ar-trials", job.ar_trials)):
         if value is not None and value < 1:
             raise UserError(f"{flag} must be a positive integer, got {value}")
-    if any(m <= 0 for m in args.budgets):
-        raise UserError(f"--budgets must be positive minutes, got {' '.join(f'{m:g}' for m in args.budgets)}")
-    bounds = args.length_buckets
+    if any(m <= 0 for m in job.budgets):
+        raise UserError(f"--budgets must be positive minutes, got {' '.join(f'{m:g}' for m in job.budgets)}")
+    bounds = job.length_buckets
     if any(b < 1 for b in bounds) or list(bounds) != sorted(set(bounds)):
         raise UserError(f"--length-buckets must be increasing positive word counts, got {' '.join(map(str, bounds))}")
 
 
-def compare(args: argparse.Namespace) -> Path:
+def compare(job: CompareJob) -> Path:
     """Everything ``main`` does, from parsed arguments; returns the report directory."""
-    check_args(args)
-    args.source_path, args.reference_path = input_files(args)
-    sources, references = read_test_set(args.source_path, args.reference_path)
-    if args.sentence_ids is not None:
-        args.sentence_ids = check_sentence_ids(args.sentence_ids, sources)
-    gold = read_gold_alignments(args.gold, sources, references) if args.gold else None
-    out = Path(args.output)
+    check_args(job)
+    source_path, reference_path = input_files(job)
+    sources, references = read_test_set(source_path, reference_path)
+    sentence_ids = check_sentence_ids(job.sentence_ids, sources) if job.sentence_ids is not None else None
+    job = dataclasses.replace(job, source_path=source_path, reference_path=reference_path, sentence_ids=sentence_ids)
+    gold = read_gold_alignments(job.gold, sources, references) if job.gold else None
+    out = Path(job.output)
     check_out_dir(out)
-    checkpoints = [resolve_checkpoint(run) for run in args.runs]
-    names = system_names(checkpoints, args.names)
-    systems = [load_system(str(ckpt), name, args.device) for ckpt, name in zip(checkpoints, names)]
+    checkpoints = [resolve_checkpoint(run) for run in job.runs]
+    names = system_names(checkpoints, job.names)
+    systems = [load_system(str(ckpt), name, job.device) for ckpt, name in zip(checkpoints, names)]
     with staged_directory(out) as root:
-        report = build_report(systems, sources, references, args, gold, root)
+        report = build_report(systems, sources, references, job, gold, root)
         (root / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         (root / "report.md").write_text(render_markdown(report), encoding="utf-8")
-    log("report", path=out / "report.md", quiet=args.quiet)
+    log("report", path=out / "report.md", quiet=job.quiet)
     return out
