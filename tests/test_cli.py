@@ -145,7 +145,8 @@ def _checkpoint_like(checkpoint: Path, path: Path, tokenizer=None, **model) -> P
 
     from seq2seq.config import ModelConfig, RunConfig
     from seq2seq.models import build_model
-    from seq2seq.checkpoint.file import bytes_to_tensor, load_checkpoint, save_checkpoint
+    from seq2seq.checkpoint.file import load_checkpoint, save_checkpoint
+    from seq2seq.checkpoint.parts import bytes_to_tensor
 
     payload = load_checkpoint(checkpoint)
     if tokenizer is not None:

@@ -10,7 +10,8 @@ from seq2seq.decoding.search import Sampling, beam_search, greedy_search, sample
 from seq2seq.errors import UserError
 from seq2seq.models import build_model
 from seq2seq.tokenizer import Tokenizer
-from seq2seq.checkpoint.file import bytes_to_tensor, save_checkpoint
+from seq2seq.checkpoint.file import save_checkpoint
+from seq2seq.checkpoint.parts import bytes_to_tensor
 from test_models import BOS, EOS, make_model, train, single
 
 

@@ -16,7 +16,8 @@ from seq2seq.decoding.scoring import teacher_force
 from seq2seq.decoding.translator import Translator
 from seq2seq.models import build_model
 from seq2seq.tokenizer import EOS_ID
-from seq2seq.checkpoint.file import bytes_to_tensor, load_checkpoint, save_checkpoint
+from seq2seq.checkpoint.file import load_checkpoint, save_checkpoint
+from seq2seq.checkpoint.parts import bytes_to_tensor
 from seq2seq.training.run import train
 from seq2seq.toy import toy_corpus
 

@@ -127,7 +127,8 @@ def test_missing_captum_names_the_extra(monkeypatch):
 def checkpoints(tmp_path_factory, tiny_tokenizer):
     """Untrained tiny RNN and Transformer checkpoints sharing the tiny tokenizer."""
     from seq2seq.config import RunConfig
-    from seq2seq.checkpoint.file import bytes_to_tensor, save_checkpoint
+    from seq2seq.checkpoint.file import save_checkpoint
+    from seq2seq.checkpoint.parts import bytes_to_tensor
 
     out = tmp_path_factory.mktemp("faithfulness")
     paths = []

@@ -23,11 +23,10 @@ import torch
 
 from ..errors import UserError
 from ..io_utils import atomic_output
+from .parts import BEST, LAST
 
 FORMAT_VERSION = 1
 
-#: File names inside a run directory (RUN/), read by every command that takes ``--checkpoint RUN``.
-BEST, LAST, SHORTLIST = "best.pt", "last.pt", "shortlist.npz"
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
@@ -45,7 +44,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 
         if is_exported(path):
             return read_safetensors(path)
-        path = path / "best.pt" if (path / "best.pt").is_file() else path / "last.pt"
+        path = path / BEST if (path / BEST).is_file() else path / LAST
     if not path.is_file():
         raise UserError(f"checkpoint {path}: no such file (pass a .pt file or a run directory)")
     try:
@@ -67,11 +66,3 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         if key not in payload:
             raise UserError(f"checkpoint {path}: missing '{key}'; the file is incomplete")
     return payload
-
-
-def bytes_to_tensor(data: bytes) -> torch.Tensor:
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8).clone()
-
-
-def tensor_to_bytes(tensor: torch.Tensor) -> bytes:
-    return tensor.numpy().tobytes()

@@ -22,6 +22,7 @@ import torch
 
 from ..errors import UserError
 from ..io_utils import atomic_output, current_umask
+from .parts import SHORTLIST, bytes_to_tensor, tensor_to_bytes
 
 WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "spm.model"
 FORMAT, FORMAT_VERSION = "seq2seq-safetensors", 1
@@ -53,8 +54,6 @@ def write_safetensors(payload: dict[str, Any], out: Path, shortlist: Path | None
     """Write the exported files of a loaded checkpoint ``payload`` into the directory ``out``."""
     from safetensors.torch import save_file
 
-    from .file import tensor_to_bytes
-
     weights, aliases = split_aliases(payload["model"])
     progress = payload.get("progress") or {}
     metadata = {"format": FORMAT, "format_version": str(FORMAT_VERSION), "aliases": json.dumps(aliases),
@@ -66,8 +65,6 @@ def write_safetensors(payload: dict[str, Any], out: Path, shortlist: Path | None
         handle.write("\n")
     (out / TOKENIZER).write_bytes(tensor_to_bytes(payload["tokenizer"]))
     if shortlist is not None and shortlist.is_file():
-        from .file import SHORTLIST
-
         shutil.copyfile(shortlist, out / SHORTLIST)
 
 
@@ -75,8 +72,6 @@ def read_safetensors(path: str | Path) -> dict[str, Any]:
     """A checkpoint-shaped payload (config, tokenizer, model) from an exported directory; any
     problem is a UserError naming the file."""
     from safetensors import safe_open
-
-    from .file import bytes_to_tensor
 
     path = Path(path)
     for name in (WEIGHTS, CONFIG, TOKENIZER):

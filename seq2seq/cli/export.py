@@ -35,23 +35,23 @@ def parse_args(argv: list[str] | None):
 
 @run_cli
 def main(argv: list[str] | None = None) -> int:
-    from ..decoding.shortlist import FILE_NAME
-    from ..io_utils import atomic_directory
-    from ..checkpoint.file import load_checkpoint
-
     args = parse_args(argv)
+    from ..checkpoint.loaded import LoadedCheckpoint
+    from ..checkpoint.parts import SHORTLIST
+    from ..io_utils import atomic_directory
+
     checkpoint = Path(args.checkpoint)
-    payload = load_checkpoint(checkpoint)  # corrupt / unknown version: a UserError before OUT is touched
+    loaded = LoadedCheckpoint.read(checkpoint)  # corrupt / unknown version: a UserError before OUT is touched
     with atomic_directory(args.output, force=args.force) as out:
         if args.format == "safetensors":
             from ..checkpoint.safetensors import write_safetensors
 
             run_dir = checkpoint if checkpoint.is_dir() else checkpoint.parent
-            write_safetensors(payload, out, shortlist=run_dir / FILE_NAME)
+            write_safetensors(loaded.payload, out, shortlist=run_dir / SHORTLIST)
         else:
             from ..export.ctranslate2 import write_ctranslate2
 
-            write_ctranslate2(payload, out, f"checkpoint {checkpoint}", args.quantization)
+            write_ctranslate2(loaded, out, args.quantization)
     size = sum(p.stat().st_size for p in Path(args.output).iterdir())
     print(f"export format={args.format} output={args.output} bytes={size}", file=sys.stderr)
     return 0

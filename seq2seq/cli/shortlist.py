@@ -36,14 +36,13 @@ def parse_args(argv: list[str] | None):
 
 @run_cli
 def main(argv: list[str] | None = None) -> int:
-    from ..checkpoint.file import load_checkpoint, tensor_to_bytes
+    args = parse_args(argv)
+    from ..checkpoint.loaded import LoadedCheckpoint
     from ..decoding.shortlist import FILE_NAME, build_from_text
-    from ..tokenizer import Tokenizer
     from ..io_utils import read_lines
 
-    args = parse_args(argv)
     checkpoint = Path(args.checkpoint)
-    tokenizer = Tokenizer.from_bytes(tensor_to_bytes(load_checkpoint(checkpoint)["tokenizer"]))
+    tokenizer = LoadedCheckpoint.read(checkpoint).tokenizer
     src_lines, tgt_lines = read_lines(args.source, "--source"), read_lines(args.target, "--target")
     if len(src_lines) != len(tgt_lines):
         raise UserError(f"--source {args.source} has {len(src_lines)} lines but --target {args.target} has "

@@ -37,13 +37,18 @@ def model_device(model: nn.Module) -> torch.device:
 
 
 @contextlib.contextmanager
-def eval_mode(model: nn.Module, grad: bool = False) -> Iterator[None]:
-    """Eval mode (no dropout); autograd on (attribution) or off; the training flag is restored afterwards."""
+def eval_mode(model: nn.Module, grad: bool = False, inference: bool = False) -> Iterator[None]:
+    """Eval mode (no dropout); autograd on (attribution) or off; with ``inference`` in
+    ``torch.inference_mode`` (the search: its tensors never meet autograd, and it skips version
+    counting); the training flag is restored afterwards."""
     was_training = model.training
     model.eval()
     try:
         if grad:
             with torch.inference_mode(False), torch.enable_grad(), torch.backends.cudnn.flags(enabled=False):
+                yield
+        elif inference:
+            with torch.inference_mode():
                 yield
         else:
             with torch.no_grad():

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import torch
 
@@ -33,7 +32,7 @@ from ..config import check_decoding
 from ..errors import UserError
 from ..models.base import EncoderDecoder, select_batch
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
-from .scoring import forced_pass
+from .scoring import eval_mode, forced_pass
 
 
 @dataclass
@@ -52,18 +51,6 @@ class Hypothesis:
 def length_penalty_gnmt(length: int, alpha: float) -> float:
     """GNMT (Wu et al. 2016): lp(Y) = ((5 + |Y|) / 6)^alpha, |Y| counting the EOS."""
     return ((5.0 + length) / 6.0) ** alpha
-
-
-@contextmanager
-def _inference(model: EncoderDecoder) -> Iterator[None]:
-    """Eval mode (no dropout) and no autograd for the duration; the training flag is restored."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            yield
-    finally:
-        model.train(was_training)
 
 
 def max_lengths(model: EncoderDecoder, src_mask: torch.Tensor, ratio: float, offset: int) -> torch.Tensor:
@@ -279,7 +266,7 @@ def _token_by_token(model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Te
                     sentence_ids: Sequence[int] = ()) -> list[list[Hypothesis]]:
     """Greedy search (``sampling`` None) or sampling (``copies`` samples per sentence): one token
     per row and step, finished rows leave the active batch."""
-    with _inference(model):
+    with eval_mode(model, inference=True):
         output = OutputVocabulary(model, vocabulary)
         limit = max_lengths(model, src_mask, max_len_ratio, max_len_offset)  # (B,)
         memory = model.encode(src, src_mask)
@@ -344,7 +331,7 @@ def beam_search(
     """
     if not 1 <= n_best <= beam_size:
         raise UserError(f"need 1 <= --n-best ({n_best}) <= --beam-size ({beam_size})")
-    with _inference(model):
+    with eval_mode(model, inference=True):
         beams = _Beams(model, src, src_mask, beam_size, length_penalty,
                        max_lengths(model, src_mask, max_len_ratio, max_len_offset),
                        OutputVocabulary(model, vocabulary))
@@ -441,7 +428,7 @@ def attach_attention(model: EncoderDecoder, src: torch.Tensor, src_mask: torch.T
     if not flat:
         return
     index = torch.tensor([i for i, _ in flat], device=src.device)
-    with _inference(model):
+    with eval_mode(model, inference=True):
         _, attention = forced_pass(model, src[index], src_mask[index], [h.tokens for _, h in flat],
                                    need_attention=True, need_scores=False)
     for (_, h), weights in zip(flat, attention):

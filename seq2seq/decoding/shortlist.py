@@ -28,7 +28,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..checkpoint.file import SHORTLIST
+from ..checkpoint.parts import SHORTLIST
 from ..errors import UserError
 from ..io_utils import atomic_output
 from ..tokenizer import EOS_ID

@@ -24,10 +24,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..checkpoint.file import load_checkpoint, tensor_to_bytes
-from ..config import DEFAULT_BEAM_SIZE, AlignConfig, DecodeConfig, RunConfig, check_decoding
+from ..checkpoint.loaded import LoadedCheckpoint
+from ..config import DEFAULT_BEAM_SIZE, AlignConfig, DecodeConfig, check_decoding
 from ..errors import UserError
-from ..models import build_model
 from ..models.base import EncoderDecoder
 from ..runtime import LOGGER, precision_warning, resolve_device
 from .scoring import pad_ids
@@ -131,36 +130,35 @@ class Translator:
 
         ``shortlist``: a file written by ``seq2seq shortlist`` (training writes the run's
         ``shortlist.npz``), or "auto" for the one next to the checkpoint."""
-        paths = [path] if isinstance(path, (str, Path)) else list(path)
+        paths = [path] if isinstance(path, (str, Path, LoadedCheckpoint)) else list(path)
         return cls.from_checkpoints(paths, device, max_input_tokens, precision, shortlist)
 
     @classmethod
-    def from_checkpoints(cls, paths: Sequence[str | Path], device: str = "auto",
+    def from_checkpoints(cls, paths: Sequence[str | Path | LoadedCheckpoint], device: str = "auto",
                          max_input_tokens: int = DecodeConfig.max_input_tokens,
                          precision: str = "fp32", shortlist: str | Path | None = None) -> "Translator":
         """One checkpoint: its model; several: their ensemble (``EnsembleModel``: at every step the
         mean of the members' probabilities), of any mix of architectures. They must share the
         SentencePiece model (else a UserError naming both files, before any model is built).
         ``shortlist`` "auto" is the one next to the first checkpoint; the other options are
-        ``from_checkpoint``'s, applied to every member."""
-        if isinstance(paths, (str, Path)):
+        ``from_checkpoint``'s, applied to every member. A member may be given already read
+        (``LoadedCheckpoint``)."""
+        if isinstance(paths, (str, Path, LoadedCheckpoint)):
             paths = [paths]
         if not paths:
             raise UserError("--checkpoint: give at least one checkpoint")
         if precision not in DECODING_DTYPES:
             raise UserError(f"--precision must be one of {', '.join(DECODING_DTYPES)}, got {precision!r}")
-        loaded = []  # (path, payload, config, tokenizer) of every member, checked before any is built
+        loaded: list[LoadedCheckpoint] = []  # every member, checked before any is built
         for path in paths:
-            payload = load_checkpoint(path)
-            config = RunConfig.from_dict(payload["config"], source=f"checkpoint {path}")
-            tokenizer = Tokenizer.from_bytes(tensor_to_bytes(payload["tokenizer"]))
-            if loaded and tokenizer.sha256() != loaded[0][3].sha256():
+            member = path if isinstance(path, LoadedCheckpoint) else LoadedCheckpoint.read(path)
+            if loaded and member.tokenizer.sha256() != loaded[0].tokenizer.sha256():
                 raise UserError(
-                    f"checkpoints {loaded[0][0]} and {path} use different SentencePiece models (sha256 "
-                    f"{loaded[0][3].sha256()[:12]}... vs {tokenizer.sha256()[:12]}...); an ensemble's members "
-                    "must share one tokenizer (train them on the same spm.model)")
-            loaded.append((path, payload, config, tokenizer))
-        path, _, config, tokenizer = loaded[0]
+                    f"checkpoints {loaded[0].path} and {member.path} use different SentencePiece models (sha256 "
+                    f"{loaded[0].tokenizer.sha256()[:12]}... vs {member.tokenizer.sha256()[:12]}...); an ensemble's "
+                    "members must share one tokenizer (train them on the same spm.model)")
+            loaded.append(member)
+        path, config, tokenizer = loaded[0].path, loaded[0].config, loaded[0].tokenizer
         dev = resolve_device(device)
         if precision == "int8" and dev.type != "cpu":
             raise UserError(f"--precision int8 runs on CPU only (quantized CPU kernels); on {dev.type} "
@@ -168,7 +166,7 @@ class Translator:
         slow = precision_warning(dev, precision) if precision == "bf16" else None  # fp16 is CUDA-only in training
         if slow:
             warnings.warn(slow, stacklevel=2)
-        for _, _, member_config, _ in loaded:
+        for member_config in (member.config for member in loaded):
             if member_config.model.arch == "transformer" and member_config.model.positional == "learned":
                 max_input_tokens = min(max_input_tokens, member_config.model.max_positions - 1)
         if shortlist is not None:
@@ -179,10 +177,10 @@ class Translator:
             if shortlist.vocab_size != config.model.vocab_size:
                 raise UserError(f"shortlist covers {shortlist.vocab_size} tokens, checkpoint {path} has "
                                 f"{config.model.vocab_size}; rebuild it with `seq2seq shortlist`")
-        models = [_build(member_path, payload, member_config, dev, precision)
-                  for member_path, payload, member_config, _ in loaded]
+        models = [_build(member, dev, precision) for member in loaded]
         model = models[0] if len(models) == 1 else EnsembleModel(models)
-        return cls(model, tokenizer, dev, max_input_tokens, shortlist, checkpoints=[str(p) for p in paths])
+        return cls(model, tokenizer, dev, max_input_tokens, shortlist,
+                   checkpoints=[str(p.path if isinstance(p, LoadedCheckpoint) else p) for p in paths])
 
     def translate(
         self,
@@ -281,16 +279,9 @@ class Translator:
         return best
 
 
-def _build(path: str | Path, payload: dict, config: RunConfig, device: torch.device, precision: str) -> EncoderDecoder:
+def _build(loaded: LoadedCheckpoint, device: torch.device, precision: str) -> EncoderDecoder:
     """The checkpoint's model with its weights, quantized (int8) or cast to ``precision``, on ``device``."""
-    model = build_model(config.model)
-    try:
-        model.load_state_dict(payload["model"])
-    except RuntimeError as exc:
-        raise UserError(
-            f"checkpoint {path}: weights do not fit the model its config describes "
-            f"({str(exc).splitlines()[0][:200]}); was it written by another version?"
-        ) from None
+    model = loaded.build_model()
     if precision == "int8":
         from ..nn.quantize import quantize_for_decoding
 

@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
-from ..config import ModelConfig, RunConfig
+from ..checkpoint.loaded import LoadedCheckpoint
+from ..checkpoint.parts import tensor_to_bytes
+from ..config import ModelConfig
 from ..errors import UserError
 from ..tokenizer import Tokenizer
 
@@ -140,17 +142,13 @@ def _feed_forward(spec, state: dict[str, torch.Tensor], layer: str, residual: st
     _norm(spec.layer_norm, state, f"{layer}.{residual}.norm")
 
 
-def write_ctranslate2(payload: dict[str, Any], out: Path, source: str, quantization: str | None = None) -> None:
-    """Convert a loaded Transformer checkpoint ``payload`` into the CTranslate2 model directory
-    ``out`` (which must exist and be empty), with the SentencePiece model beside it.
-    ``quantization`` (e.g. int8) stores the weights quantized; any model can also be quantized
-    when loaded (``compute_type``)."""
-    from ..checkpoint.file import tensor_to_bytes
-
-    config = RunConfig.from_dict(payload["config"], source=source)
-    check_convertible(config.model, source)
+def write_ctranslate2(loaded: LoadedCheckpoint, out: Path, quantization: str | None = None) -> None:
+    """Convert a read Transformer checkpoint into the CTranslate2 model directory ``out`` (which must
+    exist and be empty), with the SentencePiece model beside it. ``quantization`` (e.g. int8) stores the
+    weights quantized; any model can also be quantized when loaded (``compute_type``)."""
+    config, tokenizer, payload = loaded.config, loaded.tokenizer, loaded.payload
+    check_convertible(config.model, f"checkpoint {loaded.path}")
     require_ctranslate2()
-    tokenizer = Tokenizer.from_bytes(tensor_to_bytes(payload["tokenizer"]))
     spec = transformer_spec(config.model, payload["model"])
     vocabulary = tokenizer.pieces(range(tokenizer.vocab_size))
     spec.register_source_vocabulary(vocabulary)
@@ -159,7 +157,7 @@ def write_ctranslate2(payload: dict[str, Any], out: Path, source: str, quantizat
         spec.validate()
         spec.optimize(quantization=quantization)
     except (ValueError, TypeError) as exc:  # a weight CTranslate2 rejects: a bug in the mapping above
-        raise UserError(f"{source}: CTranslate2 rejected the converted model ({exc})") from None
+        raise UserError(f"checkpoint {loaded.path}: CTranslate2 rejected the converted model ({exc})") from None
     spec.save(str(out))
     (out / SPM_FILE).write_bytes(tensor_to_bytes(payload["tokenizer"]))
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoint.file import load_checkpoint
+from ..checkpoint.loaded import LoadedCheckpoint
 from ..config import RunConfig
 from ..decoding.translator import Translator
 from ..errors import UserError
@@ -176,8 +177,7 @@ def test_best_checkpoint(trainer: Trainer, out: Path, beam_size: int = 5, plots:
 
 def _resumed_config(cfg: RunConfig, out: Path) -> RunConfig:
     """The checkpoint's config, with this invocation's stopping limits and device."""
-    payload = load_checkpoint(out / "last.pt")
-    saved = RunConfig.from_dict(payload["config"], source=f"checkpoint {out / 'last.pt'}")
+    saved = LoadedCheckpoint.read(out / "last.pt").config
     for name in LIMIT_FIELDS + ("device", "threads", "tf32"):
         setattr(saved.train, name, getattr(cfg.train, name))
     saved.output_dir = str(out)

@@ -35,7 +35,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ..checkpoint.file import bytes_to_tensor, load_checkpoint, save_checkpoint
+from ..checkpoint.file import load_checkpoint, save_checkpoint
+from ..checkpoint.parts import bytes_to_tensor
 from ..checkpoint.kept import KeptCheckpoints
 from ..config import RunConfig
 from ..data.batching import Batch
@@ -44,7 +45,6 @@ from ..decoding.translator import Translator
 from ..errors import UserError
 from ..metrics import corpus_scores
 from ..models import build_model
-from ..nn.loss import label_smoothed_cross_entropy
 from ..runtime import (
     JsonlLog,
     autocast,
@@ -53,10 +53,10 @@ from ..runtime import (
     resolve_precision,
     seed_everything,
 )
-from ..tokenizer import PAD_ID
 from . import distributed
 from .corpus import PreparedCorpus
 from .rng import rng_state, set_rng_state
+from .optim import build_optimizer, build_scheduler, sequence_loss
 from .tensorboard import TensorBoardLog
 
 
@@ -83,54 +83,6 @@ class StepGroup(list):
     def __init__(self, batches: list, tokens: int) -> None:
         super().__init__(batches)
         self.tokens = tokens
-
-
-def default_lr(cfg: RunConfig) -> float:
-    """Peak learning rate: ``--lr`` (checkpoints written before it had a default stored 0 = 1e-3)."""
-    return cfg.train.lr if cfg.train.lr > 0 else 1e-3
-
-
-def schedule_kind(cfg: RunConfig) -> str:
-    """The resolved schedule; 'auto' (older checkpoints) means the architecture's."""
-    if cfg.train.schedule not in (None, "auto"):
-        return cfg.train.schedule
-    return "inverse-sqrt" if cfg.model.arch == "transformer" else "plateau"
-
-
-def build_optimizer(model: torch.nn.Module, cfg: RunConfig) -> torch.optim.Optimizer:
-    kinds = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
-    if cfg.train.optimizer not in kinds:
-        raise UserError(f"--optimizer must be adam or adamw, got {cfg.train.optimizer!r}")
-    return kinds[cfg.train.optimizer](
-        model.parameters(), lr=default_lr(cfg), betas=tuple(cfg.train.betas),
-        weight_decay=cfg.train.weight_decay,
-    )
-
-
-def build_scheduler(optimizer: torch.optim.Optimizer, cfg: RunConfig):
-    """inverse-sqrt: lr(t) = lr * min(t / warmup, sqrt(warmup / t)); plateau: halve on no
-    validation-loss improvement for ``plateau_patience`` evaluations; constant."""
-    kind = schedule_kind(cfg)
-    if kind == "inverse-sqrt":
-        warmup = max(1, cfg.train.warmup_steps)
-        return torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: min((step + 1) / warmup, math.sqrt(warmup / (step + 1)))
-        )
-    if kind == "plateau":
-        return torch.optim.lr_scheduler.ReduceLROnPlateau(
-            optimizer, mode="min", factor=cfg.train.plateau_factor, patience=cfg.train.plateau_patience
-        )
-    if kind == "constant":
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    raise UserError(f"--schedule must be auto, inverse-sqrt, plateau or constant, got {kind!r}")
-
-
-def sequence_loss(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0,
-                  reuse_logits: bool = False) -> torch.Tensor:
-    """Summed label-smoothed cross-entropy over non-pad target tokens (fused: see ``loss.py``;
-    ``reuse_logits``: its backward writes the gradient over the logits)."""
-    return label_smoothed_cross_entropy(logits, target, label_smoothing, ignore_index=PAD_ID,
-                                        reuse_logits=reuse_logits)
 
 
 class Trainer:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ...checkpoint.file import load_checkpoint
+from ...checkpoint.loaded import LoadedCheckpoint
 from ...data.files import read_lines
 from ...decoding.translator import Translator
 from ...errors import UserError
@@ -103,10 +103,10 @@ def validation_curve(metrics_path: Path) -> list[dict[str, Any]]:
 
 def load_system(arg: str, name: str, device: str) -> System:
     checkpoint = resolve_checkpoint(arg)
-    config = load_checkpoint(checkpoint)["config"]
-    translator = Translator.from_checkpoint(checkpoint, device=device)
+    loaded = LoadedCheckpoint.read(checkpoint)
+    translator = Translator.from_checkpoint(loaded, device=device)
     return System(
-        name=name, checkpoint=checkpoint, model=describe_model(config.get("model", {})),
+        name=name, checkpoint=checkpoint, model=describe_model(loaded.payload["config"].get("model", {})),
         parameters=translator.model.num_parameters(), translator=translator,
         training=read_json_file(checkpoint.parent / "summary.json"),
         curve=validation_curve(checkpoint.parent / "metrics.jsonl"),
