@@ -185,13 +185,14 @@ ARCH_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 # Named starting points (partial configs, the layer below a config file and flags). ``toy`` is what
-# `seq2seq train` with no corpus runs: the embedded number-word task, a small model, minutes on a CPU.
+# `seq2seq train` with no corpus runs: the embedded number-word task, a small model, a fixed number of
+# steps (not minutes), so that every CPU trains the same model.
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "toy": {
         "model": {"embed_dim": 128, "hidden_size": 128, "decoder_hidden_size": 256, "d_model": 128,
                   "ff_size": 512, "layers": 2, "heads": 4, "dropout": 0.1},
         "data": {"toy_size": 20000, "src": "en", "tgt": "de", "vocab_size": 400, "max_tokens": 3000},
-        "train": {"max_minutes": 4.0, "eval_every": 400, "warmup_steps": 300, "eval_max_sentences": 300},
+        "train": {"max_steps": 1000, "eval_every": 400, "warmup_steps": 300, "eval_max_sentences": 300},
     },
     # rnn-bahdanau and transformer: the architecture's defaults and the winners of the equal-effort
     # validation search (benchmarks/bench_tune.py, docs/benchmarks.md); rnn-luong was not searched
@@ -433,6 +434,11 @@ def _valid_keys(cls: type, path: tuple) -> str:
 
 
 SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+
+#: What ``--resume`` may change (the ``train`` fields): the stopping limits and validation rhythm, and
+#: where the run computes. Everything else is the run's own, read back from its checkpoint.
+LIMIT_FIELDS = ("max_steps", "max_epochs", "max_minutes", "patience", "eval_every", "eval_every_minutes")
+RESUME_FIELDS = LIMIT_FIELDS + ("device", "threads", "tf32")
 
 
 def config_to_yaml(cfg: RunConfig, header: str = "") -> str:

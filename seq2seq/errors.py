@@ -1,4 +1,5 @@
-"""The one exception type for mistakes a user can make (bad file, flag, config, checkpoint)."""
+"""The exceptions for what a user can cause and fix: a bad file, flag, config or checkpoint
+(``UserError``), and a write the operating system refused (``OutputError``)."""
 
 
 class UserError(Exception):
@@ -6,3 +7,9 @@ class UserError(Exception):
 
     The message must name the file, line or flag at fault and say how to fix it.
     """
+
+
+class OutputError(UserError):
+    """The operating system refused a write the user can fix: no space left, a read-only file system,
+    permission denied, a path that is a file, too many open files. The command failed (CLIs exit 1, not
+    2: it is not a usage error); the message names the path, what was being written and what survived."""

@@ -8,6 +8,7 @@ process umask (``tempfile.mkstemp`` alone would leave it private, 0600).
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import sys
@@ -18,9 +19,37 @@ from itertools import islice
 from pathlib import Path
 from typing import IO, Iterable, Iterator, Sequence, TypeVar
 
-from .errors import UserError
+from .errors import OutputError, UserError
 
 T = TypeVar("T")
+
+#: The operating-system failures a user can cause and fix, as they read in a message.
+FIXABLE_ERRNOS = {
+    errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system", errno.EACCES: "permission denied", errno.EPERM: "operation not permitted",
+    errno.ENOTDIR: "a part of the path is a file, not a directory", errno.EISDIR: "the path is a directory",
+    errno.EEXIST: "a part of the path is a file, not a directory",
+    errno.EMFILE: "too many open files", errno.ENFILE: "too many open files in the system",
+    errno.ENAMETOOLONG: "file name too long",
+}
+
+
+def output_error(exc: OSError, doing: str, survived: str = "") -> OutputError | None:
+    """``exc`` as the message "REASON DOING[; SURVIVED]" (e.g. "no space left on device writing RUN/last.pt;
+    RUN/best.pt (step 40) is intact") when a user can fix its cause, else None (a bug: let it show)."""
+    reason = FIXABLE_ERRNOS.get(exc.errno)
+    if reason is None:
+        return None
+    return OutputError(f"{reason} {doing}" + (f"; {survived}" if survived else ""))
+
+
+def make_directory(path: Path, doing: str = "", survived: str = "") -> None:
+    """``path.mkdir(parents=True, exist_ok=True)``; a refusal the user can fix is an ``OutputError``
+    saying what was being done (default: "creating the directory PATH")."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise output_error(exc, doing or f"creating the directory {path}", survived) or exc from None
 
 
 def current_umask() -> int:
@@ -45,16 +74,28 @@ def atomic_output(path: str | Path | None, mode: str = "w") -> Iterator[IO]:
         yield sys.stdout if "b" not in mode else sys.stdout.buffer
         return
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    make_directory(path.parent, f"writing {path} (cannot create its directory {path.parent})")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise output_error(exc, f"writing {path}", _what_survived(path)) or exc from None
     try:
         os.fchmod(fd, 0o666 & ~current_umask())  # what open(path, "w") gives, not mkstemp's 0600
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
             yield handle
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        ours = exc.filename in (None, tmp, str(path))  # not an error about another file read in the block
+        raise (output_error(exc, f"writing {path}", _what_survived(path)) if ours else None) or exc from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _what_survived(path: Path) -> str:
+    return (f"nothing was written; the earlier {path} is intact" if path.exists()
+            else f"nothing was written to {path}")
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -97,7 +138,11 @@ def atomic_directory(path: str | Path, force: bool = False, flag: str = "OUT") -
     if path.exists() and not path.is_dir():
         raise UserError(f"{flag} {path} is a file, not a directory; choose another path")
     tmp = temp_path_beside(path)
-    tmp.mkdir(mode=0o777 & ~current_umask())
+    make_directory(path.parent, f"writing {path} (cannot create its directory {path.parent})")
+    try:
+        tmp.mkdir(mode=0o777 & ~current_umask())
+    except OSError as exc:
+        raise output_error(exc, f"writing {path}") or exc from None
     try:
         yield tmp
         if path.exists():  # --force: the old directory goes only once the new one is complete
@@ -107,6 +152,9 @@ def atomic_directory(path: str | Path, force: bool = False, flag: str = "OUT") -
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise output_error(exc, f"writing {path}", f"nothing was written to {path}") or exc from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -213,8 +213,9 @@ def load_or_train_tokenizer(
         tokenizer = Tokenizer.load(path)
         log.info("tokenizer: reusing %s (vocab %d)", path, tokenizer.vocab_size)
         return tokenizer
+    texts = texts_fn()  # may load and check the corpus: its errors come before the message below
     log.info("tokenizer: training %s (%s): %s, vocab_size=%d", path, reason, model_type, vocab_size)
-    tokenizer = Tokenizer.train(texts_fn(), vocab_size, model_type, input_sentence_size)
+    tokenizer = Tokenizer.train(texts, vocab_size, model_type, input_sentence_size)
     tokenizer.save(path)
     record = dict(wanted, model_sha256=tokenizer.sha256(), actual_vocab_size=tokenizer.vocab_size)
     atomic_write_bytes(sidecar, (json.dumps(record, indent=2) + "\n").encode("utf-8"))

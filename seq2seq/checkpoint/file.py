@@ -16,6 +16,7 @@ A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts, so i
 """
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,15 @@ FORMAT_VERSION = 1
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
-    """Write ``payload`` to ``path`` atomically (temp file in the same directory, then rename)."""
+    """Write ``payload`` to ``path`` atomically (temp file in the same directory, then rename).
+
+    The payload is serialized in memory first: torch's zip writer turns a failed write (a full disk)
+    into an opaque RuntimeError, while a plain file write raises the ``OSError`` that ``atomic_output``
+    reports as "no space left on device writing PATH"."""
+    buffer = io.BytesIO()
+    torch.save({"format_version": FORMAT_VERSION, **payload}, buffer)
     with atomic_output(path, "wb") as handle:
-        torch.save({"format_version": FORMAT_VERSION, **payload}, handle)
+        handle.write(buffer.getbuffer())
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -18,7 +18,8 @@ from ..config import (
     ARCH_DEFAULTS, DEFAULT_BEAM_SIZE, PRESETS, SECTIONS, AlignConfig, DecodeConfig, RunConfig, load_config_file,
     merge_layers, preset,
 )
-from ..errors import UserError
+from ..errors import OutputError, UserError
+from ..io_utils import output_error
 
 T = TypeVar("T")
 
@@ -30,12 +31,17 @@ outputs, --output is what a command writes."""
 
 
 def run_cli(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
-    """Wrap a command's main: UserError -> message on stderr and exit 2; Ctrl-C -> exit 130;
-    closed pipe -> 0 (``seq2seq translate ... | head`` is not an error)."""
+    """Wrap a command's main: UserError -> message on stderr and exit 2; a write the operating system
+    refused for a reason the user can fix (``OutputError``, or such an ``OSError`` that no layer below
+    named) -> message and exit 1; Ctrl-C -> exit 130; closed pipe -> 0 (``seq2seq translate ... | head``
+    is not an error)."""
 
     def wrapped(argv: list[str] | None = None) -> int:
         try:
             return main(argv)
+        except OutputError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
         except UserError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -45,6 +51,12 @@ def run_cli(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | No
         except BrokenPipeError:
             _silence_stdout()
             return 0
+        except OSError as exc:
+            failure = output_error(exc, f"at {exc.filename}" if exc.filename else "")
+            if failure is None:
+                raise
+            print(f"error: {failure}", file=sys.stderr)
+            return 1
 
     wrapped.__doc__ = main.__doc__
     return wrapped

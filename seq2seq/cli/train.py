@@ -1,4 +1,4 @@
-"""``seq2seq train``: train a model. With no arguments, the toy quickstart (~4 min on 2 CPU cores).
+"""``seq2seq train``: train a model. With no arguments, the toy quickstart (1,000 steps: minutes on 2 CPU cores).
 
     seq2seq train                                            # English -> German number words
     seq2seq train --preset rnn-bahdanau --data-dir multi30k --src de --tgt en
@@ -8,10 +8,13 @@
 """
 from __future__ import annotations
 
+import argparse
 import sys
 import time
+from pathlib import Path
 
-from ..config import config_to_yaml
+from ..config import RESUME_FIELDS, RunConfig, config_to_yaml
+from ..errors import UserError
 from .common import add_config_flags, build_run_config, parser_for, run_cli
 
 
@@ -32,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume and not args.output_dir:
         print("error: --resume needs --output-dir pointing at the run to continue", file=sys.stderr)
         return 2
-    cfg = build_run_config(args)
+    cfg = resumed_config(args) if args.resume else build_run_config(args)
     if args.print_config:
         start = f"--preset {args.preset}, then " if args.preset else ""
         header = (f"# The effective config ({start}the file and flags given); seq2seq train --config FILE\n"
@@ -51,3 +54,36 @@ def main(argv: list[str] | None = None) -> int:
     for score in result.test_scores.values():
         print(f"test {score}")
     return 0
+
+
+def resumed_config(args: argparse.Namespace) -> RunConfig:
+    """``--resume``: the run's own config (``RUN/last.pt``), limits included, with the flags given on
+    this command for what a resume may change (``RESUME_FIELDS``: limits, validation rhythm, device),
+    each change logged; other settings belong to the run and stay (a warning names the flags ignored)."""
+    from ..checkpoint.loaded import LoadedCheckpoint
+    from ..runtime import log
+
+    run = Path(args.output_dir)
+    if not (run / "last.pt").is_file():
+        raise UserError(f"--resume: {run / 'last.pt'} does not exist, so there is no run to continue in "
+                        f"{run}; start it without --resume (or point --output-dir at the run)")
+    cfg = LoadedCheckpoint.read(run / "last.pt").config
+    ignored = [f"--config {args.config}"] if getattr(args, "config", None) else []
+    ignored += [f"--preset {args.preset}"] if getattr(args, "preset", None) else []
+    changed = cfg.to_dict()
+    for dest, value in vars(args).items():
+        if "." not in dest:
+            continue
+        section, name = dest.split(".", 1)
+        if section == "train" and name in RESUME_FIELDS:
+            if changed["train"][name] != value:
+                log("resume", **{name: f"{changed['train'][name]}->{value}"})
+                changed["train"][name] = value
+        else:
+            ignored.append("--" + name.replace("_", "-"))
+    if ignored:
+        changeable = ", ".join("--" + name.replace("_", "-") for name in RESUME_FIELDS)
+        log("warning", message=f"--resume continues the run with its own settings; ignored: {', '.join(ignored)} "
+                               f"(a resume can change only {changeable})")
+    changed["output_dir"] = str(run)
+    return RunConfig.from_dict(changed, source=f"--resume {run / 'last.pt'} and flags")

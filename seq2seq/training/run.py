@@ -2,6 +2,7 @@
 around the loop of ``trainer.py``. See ``trainer.py`` for the resume semantics."""
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -9,9 +10,10 @@ from typing import Any
 
 from ..checkpoint.file import load_checkpoint
 from ..checkpoint.loaded import LoadedCheckpoint
-from ..config import RunConfig
+from ..config import RESUME_FIELDS, RunConfig
 from ..decoding.translator import Translator
 from ..errors import UserError
+from ..io_utils import make_directory
 from ..metrics import corpus_scores
 from ..runtime import (
     log,
@@ -25,9 +27,6 @@ from . import distributed
 from .corpus import StreamingCorpus
 from .tensorboard import check_log_dir
 from .trainer import Progress, Trainer
-
-LIMIT_FIELDS = ("max_steps", "max_epochs", "max_minutes", "patience", "eval_every", "eval_every_minutes")
-
 
 @dataclass
 class TrainResult:
@@ -78,21 +77,27 @@ def _train(cfg: RunConfig, resume: bool, quiet: bool, final_test: bool) -> Train
         log("warning", message=slow)
     if cfg.train.tensorboard and distributed.is_main():
         check_log_dir(cfg.train.tensorboard)  # installed and writable, before any work
-    out.mkdir(parents=True, exist_ok=True)
-    corpus = prepare_run_corpus(cfg, out, quiet=quiet)
-    cfg.model.vocab_size = corpus.tokenizer.vocab_size
-    if distributed.is_main():
-        write_config(cfg, out)
-        _write_shortlist(corpus, out, quiet)
-    trainer = Trainer(cfg, corpus, quiet=quiet)
-    if resume:
-        trainer.restore(out / "last.pt")
-        log("resume", step=trainer.progress.step, epoch=trainer.progress.epoch)
-    ranks = {"processes": trainer.world} if trainer.world > 1 else {}
-    log("start", arch=cfg.model.arch, attention=cfg.model.attention if cfg.model.arch == "rnn" else "-",
-        parameters=trainer.model.num_parameters(), device=trainer.device, precision=trainer.precision,
-        output_dir=out, **ranks)
-    progress = trainer.fit()
+    created = not out.exists()  # a run that fails before its first checkpoint removes what it created
+    make_directory(out, f"creating the run directory {out}", "choose another --output-dir")
+    try:
+        corpus = prepare_run_corpus(cfg, out, quiet=quiet)
+        cfg.model.vocab_size = corpus.tokenizer.vocab_size
+        if distributed.is_main():
+            write_config(cfg, out)
+            _write_shortlist(corpus, out, quiet)
+        trainer = Trainer(cfg, corpus, quiet=quiet)
+        if resume:
+            trainer.restore(out / "last.pt")
+            log("resume", step=trainer.progress.step, epoch=trainer.progress.epoch)
+        ranks = {"processes": trainer.world} if trainer.world > 1 else {}
+        log("start", arch=cfg.model.arch, attention=cfg.model.attention if cfg.model.arch == "rnn" else "-",
+            parameters=trainer.model.num_parameters(), device=trainer.device, precision=trainer.precision,
+            output_dir=out, **ranks)
+        progress = trainer.fit()
+    except BaseException:
+        if created and distributed.is_main() and not (out / "last.pt").exists():
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     result = TrainResult(out, out / "best.pt", out / "last.pt", progress,
                          parameters=trainer.model.num_parameters(), peak_rss_mb=peak_rss_mb(), rank=trainer.rank)
     log("stop", reason=progress.stopped, step=progress.step, best_bleu=progress.best_bleu,
@@ -178,7 +183,7 @@ def test_best_checkpoint(trainer: Trainer, out: Path, beam_size: int = 5, plots:
 def _resumed_config(cfg: RunConfig, out: Path) -> RunConfig:
     """The checkpoint's config, with this invocation's stopping limits and device."""
     saved = LoadedCheckpoint.read(out / "last.pt").config
-    for name in LIMIT_FIELDS + ("device", "threads", "tf32"):
+    for name in RESUME_FIELDS:
         setattr(saved.train, name, getattr(cfg.train, name))
     saved.output_dir = str(out)
     return saved

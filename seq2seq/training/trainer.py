@@ -11,10 +11,11 @@ resume; Ctrl-C leaves a resumable checkpoint.
 
 Resume semantics: ``--resume`` reloads ``last.pt`` of the output directory and continues from the
 step after it with the same model, optimizer, schedule, RNG states, epoch and position inside the
-epoch, so an interrupted run ends with the same weights as an uninterrupted one. The stopping
-limits (``max_steps``, ``max_epochs``, ``max_minutes``, ``patience``) are taken from the command
-line of the resumed run; everything else comes from the checkpoint. ``max_minutes`` counts the
-wall-clock time of all sessions of the run together.
+epoch, so an interrupted run ends with the same weights as an uninterrupted one. The fields a
+resume may change (``config.RESUME_FIELDS``: the stopping limits, the validation rhythm, the device)
+come from the config passed to ``train`` (``seq2seq train --resume`` passes the run's own, changed
+only by flags given explicitly); everything else comes from the checkpoint. ``max_minutes`` counts
+the wall-clock time of all sessions of the run together.
 
 Distributed (``torchrun``, see ``seq2seq.training.distributed``): every rank trains on its own shard of each
 epoch's batches, in lockstep; the loss of a step is normalised by its target tokens over all ranks, so
@@ -42,7 +43,7 @@ from ..config import RunConfig
 from ..data.batching import Batch
 from ..data.prefetch import prefetch
 from ..decoding.translator import Translator
-from ..errors import UserError
+from ..errors import OutputError, UserError
 from ..metrics import corpus_scores
 from ..models import build_model
 from ..runtime import (
@@ -135,8 +136,23 @@ class Trainer:
         if not self.main:
             return None
         path = self.out / name
-        save_checkpoint(path, self.state(rng_ranks))
+        try:
+            save_checkpoint(path, self.state(rng_ranks))
+        except OutputError as exc:
+            raise OutputError(f"{exc}{self._what_survived(name)}") from None
         return path
+
+    def _what_survived(self, failed: str) -> str:
+        """The checkpoints a failed write of ``failed`` left intact, and how to go on."""
+        intact = []
+        if failed != "best.pt" and (self.out / "best.pt").exists():
+            intact.append(f"{self.out / 'best.pt'} (step {self.progress.best_step}) is intact")
+        if failed != "last.pt" and (self.out / "last.pt").exists():
+            step = f"step {self._saved_step}" if self._saved_step >= 0 else "an earlier step"
+            intact.append(f"{self.out / 'last.pt'} ({step}) is intact")
+        go_on = ("fix that and continue with seq2seq train --output-dir "
+                 f"{self.out} --resume" if (self.out / "last.pt").exists() else "fix that and start the run again")
+        return "".join(f"; {s}" for s in intact + [go_on])
 
     def _save_last(self) -> None:
         """``last.pt`` with every rank's RNG state; all ranks must call this at the same step."""
