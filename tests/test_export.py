@@ -31,7 +31,7 @@ def _train(root: Path, model: dict, steps: int) -> Path:
         "model": model,
         "data": {"toy_size": 300, "vocab_size": 120, "max_tokens": 600, "cache_dir": str(root / "cache")},
         "train": {"max_steps": steps, "eval_every": 0, "warmup_steps": 10, "lr": 3e-3, "log_every": 50,
-                  "seed": 3, "threads": 1},
+                  "seed": 3, "threads": 1, "device": "cpu"},
     })
     cfg.output_dir = str(out)
     train(cfg, quiet=True)

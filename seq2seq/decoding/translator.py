@@ -28,7 +28,7 @@ from ..checkpoint.loaded import LoadedCheckpoint
 from ..config import DEFAULT_BEAM_SIZE, AlignConfig, DecodeConfig, check_decoding
 from ..errors import UserError
 from ..models.base import EncoderDecoder
-from ..runtime import LOGGER, precision_warning, resolve_device
+from ..runtime import LOGGER, allow_tf32, precision_warning, resolve_device
 from .scoring import pad_ids
 from .shortlist import FILE_NAME, Shortlist
 from .ensemble import EnsembleModel
@@ -160,6 +160,7 @@ class Translator:
             loaded.append(member)
         path, config, tokenizer = loaded[0].path, loaded[0].config, loaded[0].tokenizer
         dev = resolve_device(device)
+        allow_tf32(False)  # fp32 means IEEE fp32 here too: PyTorch's default runs cuDNN RNNs in TF32
         if precision == "int8" and dev.type != "cpu":
             raise UserError(f"--precision int8 runs on CPU only (quantized CPU kernels); on {dev.type} "
                             "use --precision fp16 or bf16, or --device cpu")

@@ -107,6 +107,8 @@ class Trainer:
             seed_everything(cfg.train.seed + self.rank)  # same initial weights, own dropout noise per rank
         self._rng_at_step = rng_state(self.device)
         self.last_step_skipped = False  # fp16: the gradient scaler skipped the update (overflow)
+        self._scale = self.scaler.get_scale()  # the fp16 loss scale after the last step (1.0 when off)
+        self._skipped_in_epoch = 0  # fp16 steps of this epoch skipped for overflow
         self._stop_requests = distributed.StopRequests()  # torchrun: signals stop all ranks together
         self.kept = KeptCheckpoints(self.out, cfg.train.keep_last, cfg.train.keep_best)
         self.tensorboard = TensorBoardLog(cfg.train.tensorboard, enabled=self.main)
@@ -176,6 +178,7 @@ class Trainer:
         self.optimizer.load_state_dict(payload["optimizer"])
         self.scheduler.load_state_dict(payload["scheduler"])
         self.scaler.load_state_dict(payload["scaler"])
+        self._scale = self.scaler.get_scale()
         self.progress = Progress(**payload["progress"])
         self.progress.stopped = ""
         self._validated_slot = self._clock_slot()
@@ -224,6 +227,7 @@ class Trainer:
         """Epochs until a stop: limits, early stopping, or a stop request agreed by all ranks."""
         while not self.progress.stopped:
             first_step, whole_epoch = self.progress.step, self.progress.batch_in_epoch == 0
+            self._skipped_in_epoch = 0
             for group in self._step_groups():
                 self._step(group, bar, session_start)
                 if self._should_stop():
@@ -241,13 +245,16 @@ class Trainer:
         p.elapsed = time.time() - session_start
         self._rng_at_step = rng_state(self.device)  # what a resume after this step restores
         if self.last_step_skipped:
-            log("skipped", step=p.step + 1, reason="fp16 gradient overflow", scale=self.scaler.get_scale())
+            self._skipped_in_epoch += 1
+            log("skipped", step=p.step + 1, reason="fp16 gradient overflow", scale=self._scale)
             return
         p.step += 1
         self._after_step(loss, tokens, bar)
 
     def _end_epoch(self, no_step: bool) -> None:
         p, tc = self.progress, self.cfg.train
+        if no_step and self._skipped_in_epoch:  # every step of the epoch overflowed: would loop forever
+            raise UserError(_ALL_SKIPPED.format(epoch=p.epoch, skipped=self._skipped_in_epoch, scale=self._scale))
         if no_step:  # would loop forever
             raise UserError(_NO_STEP.format(epoch=p.epoch, groups=tc.accumulate))
         p.epoch += 1
@@ -313,13 +320,16 @@ class Trainer:
         self.scaler.unscale_(self.optimizer)
         if self.cfg.train.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip_norm)
-        scale = self.scaler.get_scale()
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         # fp16: an overflow makes the scaler skip optimizer.step() and lower its scale; such a step
-        # is no update, so neither the schedule nor the step counter (``_step``) advances
-        self.last_step_skipped = self.scaler.is_enabled() and self.scaler.get_scale() < scale
+        # is no update, so neither the schedule nor the step counter (``_step``) advances. Reading the
+        # new scale is the one host sync fp16 adds per step (the counter must know); bf16/fp32: none.
+        self.last_step_skipped = False
+        if self.scaler.is_enabled():
+            scale = self.scaler.get_scale()
+            self.last_step_skipped, self._scale = scale < self._scale, scale
         if not self.last_step_skipped and not isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
             self.scheduler.step()
         return total_loss / max(total_tokens, 1), total_tokens
@@ -427,6 +437,9 @@ class Trainer:
                     disable=self.quiet or not self.main, dynamic_ncols=True, leave=False)
 
 
+_ALL_SKIPPED = ("epoch {epoch} gave no training step: fp16 gradients overflowed at every step ({skipped} "
+                "steps skipped, the loss scale fell to {scale:g}); train with --precision bf16 (or fp32) or "
+                "a lower --lr")
 _NO_STEP = ("epoch {epoch} gave no training step: the training data makes fewer batches than "
             "--accumulate ({groups}) times the number of processes; use more data, a smaller "
             "--max-tokens or a smaller --accumulate")

@@ -1,0 +1,88 @@
+"""GPU-path decisions that can be checked on a CPU: the TF32 switch of decoding, and the fp16 loss
+scaler's skipped steps (one host sync per step, a named error when every step of an epoch overflows).
+An enabled CPU ``GradScaler`` stands in for the CUDA one: the skip logic is the same."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import seq2seq.training.trainer as trainer_module
+from seq2seq.config import RunConfig
+from seq2seq.decoding.translator import Translator
+from seq2seq.errors import UserError
+from seq2seq.training.run import train
+from seq2seq.training.trainer import Trainer
+
+OLD_RNN = Path(__file__).parent / "data" / "pre-tiers" / "rnn.pt"
+
+
+def test_decoding_in_fp32_turns_tf32_off():
+    """PyTorch's default leaves cuDNN in TF32; a Translator must not inherit it from the process."""
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        Translator.from_checkpoint(OLD_RNN, device="cpu")
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (False, False)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+
+
+def tiny(out: Path, **train) -> RunConfig:
+    cfg = RunConfig.from_dict({
+        "model": {"arch": "transformer", "d_model": 32, "heads": 2, "ff_size": 64, "layers": 1, "dropout": 0.1},
+        "data": {"toy_size": 120, "vocab_size": 100, "max_tokens": 400, "cache_dir": str(out.parent / "cache")},
+        "train": {"max_steps": 6, "eval_every": 0, "warmup_steps": 2, "seed": 3, "device": "cpu", "threads": 1,
+                  **train},
+    })
+    cfg.output_dir = str(out)
+    return cfg
+
+
+@pytest.fixture
+def cpu_scaler(monkeypatch):
+    """Trainers get an enabled CPU gradient scaler starting at ``init_scale`` (set by the test)."""
+    settings = {"init_scale": 2.0 ** 16}
+    real = torch.amp.GradScaler
+
+    def scaler(device: str = "cuda", enabled: bool = True, **kwargs):
+        return real("cpu", init_scale=settings["init_scale"], enabled=True)
+
+    monkeypatch.setattr(trainer_module.torch.amp, "GradScaler", scaler)
+    return settings
+
+
+def test_an_fp16_step_reads_the_loss_scale_once(tmp_path, cpu_scaler, monkeypatch):
+    """Each read of the scale is a host sync on a GPU: one per step (the step counter needs it), not two."""
+    reads, steps = {"n": 0}, {"n": 0}
+    scaler_class = type(trainer_module.torch.amp.GradScaler())  # the real class behind the fixture's factory
+    original_get, original_step = scaler_class.get_scale, Trainer.train_step
+
+    def counted_get(self):
+        reads["n"] += 1
+        return original_get(self)
+
+    def counted_step(self, group):
+        steps["n"] += 1
+        before = reads["n"]
+        out = original_step(self, group)
+        reads["in steps"] = reads.get("in steps", 0) + reads["n"] - before
+        return out
+
+    monkeypatch.setattr(scaler_class, "get_scale", counted_get)
+    monkeypatch.setattr(Trainer, "train_step", counted_step)
+    result = train(tiny(tmp_path / "run"), quiet=True)
+    assert result.progress.step == 6 == steps["n"]  # a normal scale: no step skipped
+    assert reads["in steps"] == steps["n"]  # one per step (saving a checkpoint reads it too, rarely)
+
+
+def test_an_epoch_whose_every_step_overflows_says_so(tmp_path, cpu_scaler, monkeypatch):
+    loss = trainer_module.sequence_loss
+    # an infinite loss: every gradient overflows, the scaler halves its scale and skips every step
+    monkeypatch.setattr(trainer_module, "sequence_loss", lambda *args, **kwargs: loss(*args, **kwargs) * float("inf"))
+    with pytest.raises(UserError) as info:
+        train(tiny(tmp_path / "run"), quiet=True)
+    message = str(info.value)
+    assert "epoch 0 gave no training step: fp16 gradients overflowed at every step" in message
+    assert "--precision bf16" in message and "--accumulate" not in message
