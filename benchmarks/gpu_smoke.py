@@ -1,62 +1,198 @@
-"""GPU smoke test: ``python benchmarks/gpu_smoke.py [--data-dir MULTI30K] [--minutes 1]`` on a machine
-with one CUDA GPU, from the repository root; about 12 minutes on an H100 with the defaults.
+"""GPU smoke test, sized for one short job on a machine with one CUDA GPU, from the repository root:
 
-1. the test suite with CUDA visible (``tests/test_cuda.py`` runs instead of skipping);
-2. the quickstart (``seq2seq train``, the toy corpus) on CUDA;
-3. a short Multi30k run (``--minutes`` each) of the RNN (Bahdanau) and the Transformer in fp32,
-   fp16 and bf16 autocast: training target tokens/s and validation BLEU;
-4. resume of the fp32 Transformer run on CUDA for a few more steps;
-5. decoding of the test split with each fp32 checkpoint: greedy, beam 5, beam 5 + shortlist, fp16 and
-   bf16 on CUDA against greedy / beam 5 on CPU of the same checkpoint (sentences/s, BLEU, share of
-   outputs identical to the CPU's);
-6. attribution (gradient, integrated gradients, occlusion) of a few sentences on CUDA against CPU;
-7. ``--precision int8`` on CUDA: refused with a clear message (exit status 2).
+    python benchmarks/gpu_smoke.py [--data-dir MULTI30K] [--out FILE.json] [--budget-minutes 8]
+                                   [--step-timeout 300] [--tests {cuda,suite,none}] [--quickstart-steps 300]
+                                   [--archs rnn transformer] [--precisions fp32 bf16] [--minutes 1]
+                                   [--resume-steps 100] [--sentences 200] [--attribution-sentences 3]
+                                   [--runs DIR] [--dry-run]
 
-Writes ``bench-results/gpu-smoke/gpu_smoke.json`` and its markdown table, and prints the table.
-Expected output: every step "ok"; identical outputs near 100 % for fp32 (a near-tie may flip),
-above 90 % for fp16/bf16; attribution within a relative 1e-2. The docs (docs/guides/gpu.md) explain
-which differences are expected between CPU and GPU.
+The default plan, about 7 to 8 minutes on one H100 (an estimate from CPU timings of its parts: no GPU
+has run it yet), cut at ``--budget-minutes`` (8), the last steps first:
+
+1. ``tests/test_cuda.py`` with CUDA visible (tiny models: fp16/bf16 training, resume, decoding and
+   attribution against the CPU), about 1 minute; ``--tests suite`` runs the whole suite instead
+   (raise ``--step-timeout`` and ``--budget-minutes`` for it), ``--tests none`` neither;
+2. the quickstart (``seq2seq train``, the toy corpus) on CUDA for ``--quickstart-steps`` steps
+   (``--max-steps``; 0 leaves it out), about 30 s;
+3. ``--precision int8`` on CUDA with the quickstart's checkpoint (without the quickstart: the first
+   Multi30k run's, right after it): refused with a clear message (exit 2), a few seconds;
+4. one SentencePiece model for every Multi30k run (``common.shared_tokenizer``: a one-step Transformer
+   run), so that no run spends its minute on it, about 30 s;
+5. a ``--minutes`` (1) Multi30k run of each of ``--archs`` (the RNN with Bahdanau attention and the
+   Transformer presets) in each of ``--precisions`` (fp32 and bf16 autocast; fp16 allowed), about
+   75 s each with start-up and the last validation: training target tokens/s and validation BLEU;
+6. resume of the Transformer fp32 run (``--resume --max-steps`` its step + ``--resume-steps``, 100; the
+   run's own one-minute limit lifted with ``--max-minutes 0``), right after that run: "ok" only when
+   ``last.pt``'s ``progress.step`` grew by exactly ``--resume-steps`` and every loss that
+   ``metrics.jsonl`` logged after the old step is finite, about 20 s;
+7. decoding of ``--sentences`` (200; 0 leaves it out) test sentences with each architecture's fp32
+   checkpoint: greedy, beam 5, beam 5 + shortlist, fp16 and bf16 on CUDA against greedy / beam 5 on
+   CPU of the same checkpoint (sentences/s, BLEU, share of outputs identical to the CPU's), ~15 s each;
+8. attribution (gradient, integrated gradients, occlusion) of ``--attribution-sentences`` (3; 0 leaves
+   it out) test sentences on CUDA against the CPU, ~10 s each.
+
+Each step runs at most ``--step-timeout`` seconds (300) and at most what is left of
+``--budget-minutes``; a step that no longer fits (a training run needs ``--minutes`` + 15 s) is
+skipped and recorded as "skipped (budget)". The record (JSON at ``--out``, default
+``bench-results/gpu-smoke/gpu_smoke.json``, with its markdown table beside it) is rewritten after every
+step, so a command stopped at its limit still leaves the steps it finished; ``finished`` turns true at
+the end; a failed step's last 60 lines of output are printed. The runs, the shared tokenizer and the
+data cache go to ``--runs`` (default ``bench-results/gpu-smoke/``), whatever ``--out`` says, so that an
+``--out`` in the folder that comes back from a GPU machine gets no checkpoints. ``--dry-run`` prints the
+plan and exits (no GPU needed).
+
+On the lent GPU machine (``../shared/gpu/README.md``: prepare ``.whl`` and ``.gpu`` on the CPU first
+and send them along; the wrapper sets ``SEQ2SEQ_MULTI30K`` and ``$OUT`` is the folder whose files come
+back), one command with a limit of about 540 s (the budget, the wrapper's set-up and the last step):
+
+    bash .gpu/on-device.sh python3 benchmarks/gpu_smoke.py --data-dir .gpu/multi30k \\
+        --out $OUT/gpu_smoke.json 2>&1 | tee $OUT/gpu_smoke.log
+
+(``python3``, as the wrapper itself calls it). ``$OUT`` then holds ``gpu_smoke.json``, ``gpu_smoke.md``,
+the log and the wrapper's ``setup.log``.
+
+Expected: every step "ok" and exit status 0 (1 when a step failed or was skipped for the budget);
+identical outputs near 100 % for fp32 (a near-tie may flip), above 90 % for fp16/bf16; attribution
+within a relative 1e-2. docs/guides/gpu.md explains which differences are expected between CPU and GPU.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import torch
 
-from common import ROOT, add_multi30k_flags, provenance, write_record
+from common import ROOT, add_multi30k_flags, copy_tokenizer, preset_command, provenance, shared_tokenizer, write_record
+from seq2seq.checkpoint.file import load_checkpoint
 from seq2seq.io_utils import markdown_table
 
 SYSTEMS = {"rnn": "rnn-bahdanau", "transformer": "transformer"}
+PRECISIONS = ("fp32", "fp16", "bf16")
+TRAIN_START_S = 15  # a training run's start-up and last validation beyond its --minutes (for the budget)
+
+
+@dataclass
+class Step:
+    """One step of the plan: ``action(seconds)`` does it within ``seconds`` and returns its record
+    entry (``ok``: True / False / None for not applicable). It is skipped unless the budget has
+    ``minimum_s`` left; ``describe`` is what ``--dry-run`` prints."""
+
+    name: str
+    action: Callable[[float], dict]
+    describe: str = ""
+    minimum_s: float = 1.0
+
+
+class StepTimeout(Exception):
+    """An in-process step ran past its time limit."""
+
+
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise ``StepTimeout`` in the main thread after ``seconds`` (a child process that
+    ``subprocess.run`` waits on is then killed); no limit elsewhere."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(signum, frame):
+        raise StepTimeout(f"timed out after {seconds:.0f} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.01))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def run(command: list[str], timeout: float) -> tuple[int, float, str]:
-    """Exit status, seconds, and the last lines of the output of ``command`` (run from the root)."""
+    """Exit status (124: timed out), seconds, and the output (stdout and stderr interleaved) of
+    ``command`` run from the repository root."""
     start = time.perf_counter()
     try:
-        proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
-        code, text = proc.returncode, proc.stdout + proc.stderr
+        proc = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+        code, text = proc.returncode, proc.stdout
     except subprocess.TimeoutExpired as exc:
-        code, text = 124, f"timed out after {timeout:.0f} s: {exc.stdout or ''}"
-    return code, time.perf_counter() - start, "\n".join(str(text).strip().splitlines()[-6:])
+        partial = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        code, text = 124, f"{partial}\ntimed out after {timeout:.0f} s"
+    return code, time.perf_counter() - start, text
 
 
-def train_command(args: argparse.Namespace, out: Path, system: str, precision: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "seq2seq", "train", "--preset", system, "--data-dir", str(args.data_dir),
-            "--src", args.src, "--tgt", args.tgt, "--device", "cuda", "--precision", precision,
-            "--max-minutes", str(args.minutes), "--eval-every", "200", "--quiet", "--no-final-test",
-            "--cache-dir", str(out / "cache"), *extra]
+def tail(text: str, lines: int = 12) -> str:
+    return "\n".join(str(text).strip().splitlines()[-lines:])
 
 
+def command_step(name: str, command: list[str], check: Callable[[int, str], bool] | None = None,
+                 before: Callable[[], None] | None = None, describe: str = "") -> Step:
+    """A step that runs ``command``: ok when ``check(exit, output)`` (default: exit status 0)."""
+    def action(timeout: float) -> dict:
+        if before is not None:
+            before()
+        code, _, text = run(command, timeout)
+        ok = check(code, text) if check is not None else code == 0
+        return {"ok": ok, "exit": code, "tail": tail(text), "_output": text}
+
+    shown = ["python", *command[1:]] if command[0] == sys.executable else command
+    return Step(name, action, describe or " ".join(shown))
+
+
+def python_step(name: str, function: Callable[[], dict], describe: str, minimum_s: float = 1.0) -> Step:
+    """A step done in this process (under ``time_limit``)."""
+    def action(timeout: float) -> dict:
+        with time_limit(timeout):
+            return function()
+
+    return Step(name, action, describe, minimum_s)
+
+
+# ----------------------------------------------------------------------------- resume check
+def checkpoint_step(path: Path) -> int:
+    """The step of the checkpoint at ``path`` (``progress.step``)."""
+    return int(load_checkpoint(path)["progress"]["step"])
+
+
+def check_resume(run_dir: Path, before: int, expected: int) -> dict:
+    """Whether a resumed run continued: ``last.pt``'s step grew from ``before`` by exactly ``expected``,
+    and ``metrics.jsonl`` holds at least one loss after ``before``, all finite."""
+    after = checkpoint_step(run_dir / "last.pt")
+    metrics = run_dir / "metrics.jsonl"
+    records = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines()
+               if line.strip()] if metrics.is_file() else []
+    losses = [float(r["loss"]) for r in records if r.get("step", 0) > before and "loss" in r]
+    finite = bool(losses) and all(math.isfinite(loss) for loss in losses)
+    grew = after - before
+    problems = []
+    if grew != expected:
+        problems.append(f"the step grew by {grew}, not {expected}")
+    if not losses:
+        problems.append(f"metrics.jsonl has no loss after step {before}")
+    elif not finite:
+        problems.append("a loss after the resume is not finite")
+    note = f"step {before} -> {after}" + (f", last loss {losses[-1]:.3f}" if losses else "")
+    return {"ok": not problems, "step_before": before, "step_after": after, "losses_after": losses[-5:],
+            "note": note + ("" if not problems else ": " + "; ".join(problems))}
+
+
+# ----------------------------------------------------------------------------- CUDA against CPU
 def decode_against_cpu(run_dir: Path, args: argparse.Namespace) -> dict:
     """Test-split decoding on CUDA in several modes against CPU decoding of the same checkpoint."""
-    from seq2seq.metrics import corpus_scores
     from seq2seq.decoding.translator import Translator
+    from seq2seq.metrics import corpus_scores
 
     sources = (args.data_dir / f"{args.test_split}.{args.src}").read_text(encoding="utf-8").splitlines()
     references = (args.data_dir / f"{args.test_split}.{args.tgt}").read_text(encoding="utf-8").splitlines()
@@ -104,83 +240,236 @@ def attribution_against_cpu(run_dir: Path, sentences: list[str]) -> dict:
             b = attribute_translation(gpu, translation, method).raw
             error = float(np.abs(a - b).max() / max(np.abs(a).max(), 1e-9))
             worst[method] = max(worst.get(method, 0.0), error)
-    return {"max_relative_difference": worst, "ok": all(v < 1e-2 for v in worst.values())}
+    return {"max_relative_difference": worst, "ok": all(v < 1e-2 for v in worst.values()),
+            "note": ", ".join(f"{method} {error:.1e}" for method, error in worst.items())}
+
+
+# ----------------------------------------------------------------------------- the plan
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_multi30k_flags(parser)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "gpu-smoke" / "gpu_smoke.json",
+                        help="the record (JSON; its markdown table beside it), rewritten after every step")
+    parser.add_argument("--runs", type=Path, default=ROOT / "bench-results" / "gpu-smoke",
+                        help="where the runs, the shared tokenizer and the data cache go")
+    parser.add_argument("--budget-minutes", type=float, default=8.0,
+                        help="steps that no longer fit are skipped, 'skipped (budget)' (default: 8)")
+    parser.add_argument("--step-timeout", type=float, default=300.0, help="seconds each step may run (default: 300)")
+    parser.add_argument("--tests", choices=("cuda", "suite", "none"), default="cuda",
+                        help="tests/test_cuda.py (default), the whole suite, or no tests")
+    parser.add_argument("--quickstart-steps", type=int, default=300,
+                        help="steps of the quickstart (--max-steps; default: 300; 0 leaves it out)")
+    parser.add_argument("--archs", nargs="+", choices=list(SYSTEMS), default=list(SYSTEMS),
+                        help="architectures of the Multi30k runs (default: rnn transformer)")
+    parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=["fp32", "bf16"],
+                        help="precisions of the Multi30k runs (default: fp32 bf16)")
+    parser.add_argument("--minutes", type=float, default=1.0, help="training budget of each Multi30k run (default: 1)")
+    parser.add_argument("--resume-steps", type=int, default=100,
+                        help="steps the resumed Transformer run must add (default: 100; 0 leaves it out)")
+    parser.add_argument("--sentences", type=int, default=200,
+                        help="test sentences decoded on CUDA and CPU (default: 200; 0 leaves it out)")
+    parser.add_argument("--attribution-sentences", type=int, default=3,
+                        help="test sentences attributed on CUDA and CPU (default: 3; 0 leaves it out)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and exit (no GPU needed)")
+    args = parser.parse_args(argv)
+    args.precisions = list(dict.fromkeys(args.precisions))
+    args.archs = list(dict.fromkeys(args.archs))
+    args.data_dir, args.out, args.runs = args.data_dir.resolve(), args.out.resolve(), args.runs.resolve()
+    args.device = "cuda"  # for common.preset_command / shared_tokenizer
+    args.extra = ["--cache-dir", str(args.runs / "cache")]  # one data cache for every run
+    return args
+
+
+def build_plan(args: argparse.Namespace, record: dict) -> list[Step]:
+    """The steps that ``args`` ask for, in order (see the module docstring); ``record["decode"]``
+    receives the decoding results."""
+    py, runs = sys.executable, args.runs
+    plan: list[Step] = []
+    if args.tests != "none":
+        target = ["tests/test_cuda.py"] if args.tests == "cuda" else []
+        plan.append(command_step("tests/test_cuda.py" if target else "test suite",
+                                 [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *target]))
+    train_dirs = {(arch, precision): runs / f"{arch}-{precision}" for precision in args.precisions
+                  for arch in args.archs}
+    int8_checkpoint = runs / "quickstart" if args.quickstart_steps else next(iter(train_dirs.values()), None)
+    int8 = command_step("int8 refused on cuda",
+                        [py, "-m", "seq2seq", "translate", "--checkpoint", str(int8_checkpoint), "--device",
+                         "cuda", "--precision", "int8"],
+                        check=lambda code, text: code == 2 and "int8 runs on CPU only" in text)
+    if args.quickstart_steps:
+        plan.append(command_step("quickstart", [py, "-m", "seq2seq", "train", "--device", "cuda", "--quiet",
+                                                "--max-steps", str(args.quickstart_steps), "--output-dir",
+                                                str(runs / "quickstart"), *args.extra],
+                                 before=lambda: shutil.rmtree(runs / "quickstart", ignore_errors=True)))
+        plan.append(int8)
+    if not train_dirs:
+        return plan
+    spm = runs / "tokenizer"
+    plan.append(python_step("tokenizer", lambda: {"ok": (shared_tokenizer(args, spm) / "spm.model").is_file()},
+                            f"common.shared_tokenizer into {spm} (a one-step transformer run; reused if there)"))
+    resumed = ("transformer", "fp32") if ("transformer", "fp32") in train_dirs else None
+    for (arch, precision), run_dir in train_dirs.items():
+        plan.append(train_step(args, arch, precision, run_dir, spm))
+        if not any(step is int8 for step in plan):
+            plan.append(int8)  # without the quickstart: on the first Multi30k run's checkpoint
+        if (arch, precision) == resumed and args.resume_steps:
+            plan.append(resume_step(args, f"resume {arch} {precision}", run_dir))
+    checked = {arch: train_dirs[(arch, "fp32" if "fp32" in args.precisions else args.precisions[0])]
+               for arch in args.archs}
+    for arch, run_dir in checked.items() if args.sentences else ():
+        plan.append(python_step(f"decode {arch}", lambda d=run_dir, a=arch: decode_step(args, record, a, d),
+                                f"{args.sentences} test sentences, {run_dir.name}/best.pt on CUDA against CPU"))
+    for arch, run_dir in checked.items() if args.attribution_sentences else ():
+        plan.append(python_step(f"attribution {arch}", lambda d=run_dir: attribution_against_cpu(
+            d, read_sources(args)[: args.attribution_sentences]),
+            f"{args.attribution_sentences} test sentences, {run_dir.name}/best.pt on CUDA against CPU"))
+    return plan
+
+
+def read_sources(args: argparse.Namespace) -> list[str]:
+    return (args.data_dir / f"{args.test_split}.{args.src}").read_text(encoding="utf-8").splitlines()
+
+
+def train_step(args: argparse.Namespace, arch: str, precision: str, run_dir: Path, spm: Path) -> Step:
+    """A ``--minutes`` Multi30k run of ``arch``'s preset in ``precision`` with the shared tokenizer."""
+    label = f"train {arch} {precision}"
+    flags = ["--precision", precision, "--max-minutes", str(args.minutes), "--eval-every", "200"]
+
+    def action(timeout: float) -> dict:
+        if precision == "bf16" and not torch.cuda.is_bf16_supported():
+            return {"ok": None, "result": "skipped (no bf16 on this GPU)"}
+        shutil.rmtree(run_dir, ignore_errors=True)
+        copy_tokenizer(spm, run_dir)
+        code, _, text = run(preset_command(label, SYSTEMS[arch], args, run_dir, *flags), timeout)
+        entry: dict[str, Any] = {"ok": code == 0, "exit": code, "tail": tail(text), "_output": text}
+        summary_path = run_dir / "summary.json"
+        if summary_path.is_file():
+            summary = json.loads(summary_path.read_text())
+            entry.update(tok_s=round(summary["train_tgt_tokens_per_s"]), valid_bleu=summary["best_valid_bleu"],
+                         steps=summary["steps"], note=f"{summary['steps']} steps")
+        return entry
+
+    return Step(label, action, f"seq2seq train --preset {SYSTEMS[arch]} {' '.join(flags)} into {run_dir.name}",
+                minimum_s=args.minutes * 60 + TRAIN_START_S)
+
+
+def resume_step(args: argparse.Namespace, name: str, run_dir: Path) -> Step:
+    """``--resume`` of ``run_dir`` for ``--resume-steps`` more steps, checked by ``check_resume``."""
+    def action(timeout: float) -> dict:
+        before = checkpoint_step(run_dir / "last.pt")
+        command = [sys.executable, "-m", "seq2seq", "train", "--output-dir", str(run_dir), "--resume", "--max-steps",
+                   str(before + args.resume_steps), "--max-minutes", "0", "--quiet", "--no-final-test"]
+        code, _, text = run(command, timeout)
+        entry = {"exit": code, "tail": tail(text), "_output": text, **check_resume(run_dir, before, args.resume_steps)}
+        entry["ok"] = code == 0 and entry["ok"]
+        return entry
+
+    return Step(name, action, f"seq2seq train --output-dir {run_dir.name} --resume --max-steps STEP+"
+                              f"{args.resume_steps} --max-minutes 0; last.pt's step must grow by {args.resume_steps}")
+
+
+def decode_step(args: argparse.Namespace, record: dict, arch: str, run_dir: Path) -> dict:
+    results = record.setdefault("decode", {})[arch] = decode_against_cpu(run_dir, args)
+    same = {mode: r["same_as_cpu"] for mode, r in results.items() if "same_as_cpu" in r}
+    return {"ok": True, "same_as_cpu": same, "checkpoint": f"{run_dir.name}/best.pt",
+            "note": "same as CPU: " + ", ".join(f"{mode} {share:.1%}" for mode, share in same.items())}
+
+
+# ----------------------------------------------------------------------------- running it
+def save(record: dict, path: Path) -> None:
+    write_record(path, record, smoke_table(record))
+
+
+def execute(plan: list[Step], record: dict, args: argparse.Namespace,
+            clock: Callable[[], float] = time.monotonic, start: float | None = None) -> dict:
+    """Run ``plan`` within ``args.budget_minutes`` (from ``start``), each step within
+    ``args.step_timeout``; the record is written before the first step and after every step."""
+    start = clock() if start is None else start
+    budget = args.budget_minutes * 60
+    record.setdefault("steps", {})
+    record.update(plan=[step.name for step in plan], budget_s=budget, finished=False)
+    save(record, args.out)
+    for step in plan:
+        left = budget - (clock() - start)
+        if left < step.minimum_s:
+            entry = {"ok": False, "result": "skipped (budget)"}
+            print(f"[{clock() - start:5.0f} s] {step.name}: skipped (budget: {left:.0f} s left)", flush=True)
+        else:
+            began = clock()
+            try:
+                entry = step.action(min(args.step_timeout, left))
+            except Exception as exc:  # noqa: BLE001 - any failure is the step's result
+                entry = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000],
+                         "_output": traceback.format_exc()}
+            output = entry.pop("_output", "")
+            entry.setdefault("result", "ok" if entry.get("ok") else "FAILED")
+            entry["seconds"] = round(clock() - began, 1)
+            print(f"[{clock() - start:5.0f} s] {step.name}: {entry['result']} in {entry['seconds']:.0f} s"
+                  + (f" ({entry['note']})" if entry.get("note") else ""), flush=True)
+            if entry["ok"] is False and output:
+                print(tail(output, 60), flush=True)
+        record["steps"][step.name] = entry
+        record["elapsed_s"] = round(clock() - start, 1)
+        save(record, args.out)
+    record["finished"] = True
+    save(record, args.out)
+    return record
+
+
+def print_plan(plan: list[Step], args: argparse.Namespace) -> None:
+    print(f"{len(plan)} steps, budget {args.budget_minutes:g} min, at most {args.step_timeout:g} s each; "
+          f"record {args.out}, runs {args.runs}")
+    for number, step in enumerate(plan, 1):
+        print(f"{number:2}. {step.name}: {step.describe}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_multi30k_flags(parser)
-    parser.add_argument("--minutes", type=float, default=1.0, help="training budget of each Multi30k run")
-    parser.add_argument("--sentences", type=int, default=1000, help="test sentences decoded (default: all)")
-    parser.add_argument("--skip-suite", action="store_true", help="skip the test suite (step 1)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "gpu-smoke")
-    args = parser.parse_args(argv)
+    start = time.monotonic()
+    args = parse_args(argv)
+    record: dict[str, Any] = {"steps": {}, "decode": {}}
+    plan = build_plan(args, record)
+    if args.dry_run:
+        print_plan(plan, args)
+        return 0
     if not torch.cuda.is_available():
         print("error: no CUDA device is visible; this smoke test needs one GPU", file=sys.stderr)
         return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    record = {**provenance("gpu-smoke"), "gpu": torch.cuda.get_device_name(0),
-              "capability": ".".join(map(str, torch.cuda.get_device_capability(0))), "steps": {}}
-    steps = record["steps"]
+    args.runs.mkdir(parents=True, exist_ok=True)
+    record.update({**provenance("gpu-smoke"), "gpu": torch.cuda.get_device_name(0),
+                   "capability": ".".join(map(str, torch.cuda.get_device_capability(0))),
+                   "settings": {name: value for name, value in vars(args).items()
+                                if name not in ("data_dir", "out", "runs", "extra", "dry_run")}})
+    print_plan(plan, args)
+    execute(plan, record, args, start=start)
+    print(smoke_table(record))
+    return exit_status(record)
 
-    def step(name: str, command: list[str], timeout: float) -> None:
-        code, seconds, tail = run(command, timeout)
-        steps[name] = {"ok": code == 0, "exit": code, "seconds": round(seconds, 1), "tail": tail}
-        print(f"{name}: {'ok' if code == 0 else f'FAILED ({code})'} in {seconds:.0f} s", flush=True)
-        write_record(args.out / "gpu_smoke.json", record)
 
-    if not args.skip_suite:
-        step("test suite", [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"], 1200)
-    step("quickstart", [sys.executable, "-m", "seq2seq", "train", "--device", "cuda", "--quiet",
-                        "--output-dir", str(args.out / "quickstart")], 600)
-    runs = {}
-    for arch, system in SYSTEMS.items():
-        for precision in ("fp32", "fp16", "bf16"):
-            if precision == "bf16" and not torch.cuda.is_bf16_supported():
-                continue
-            run_dir = args.out / f"{arch}-{precision}"
-            step(f"train {arch} {precision}", train_command(args, args.out, system, precision,
-                                                            "--output-dir", str(run_dir)), args.minutes * 60 + 300)
-            summary_path = run_dir / "summary.json"
-            if summary_path.is_file():
-                summary = json.loads(summary_path.read_text())
-                steps[f"train {arch} {precision}"].update(
-                    tok_s=round(summary["train_tgt_tokens_per_s"]), valid_bleu=summary["best_valid_bleu"],
-                    steps=summary["steps"])
-            runs[(arch, precision)] = run_dir
-    transformer = runs[("transformer", "fp32")]
-    steps_done = json.loads((transformer / "summary.json").read_text())["steps"] if (
-        transformer / "summary.json").is_file() else 0
-    step("resume transformer fp32", train_command(args, args.out, "transformer", "fp32", "--output-dir",
-                                                  str(transformer), "--resume", "--max-steps",
-                                                  str(steps_done + 50)), 600)
-    record["decode"] = {}
-    for arch in SYSTEMS:
-        if (runs[(arch, "fp32")] / "best.pt").is_file():
-            record["decode"][arch] = decode_against_cpu(runs[(arch, "fp32")], args)
-            write_record(args.out / "gpu_smoke.json", record)
-            sources = (args.data_dir / f"{args.test_split}.{args.src}").read_text(encoding="utf-8").splitlines()
-            steps[f"attribution {arch}"] = attribution_against_cpu(runs[(arch, "fp32")], sources[:3])
-    code, _, tail = run([sys.executable, "-m", "seq2seq", "translate", "--checkpoint", str(transformer),
-                         "--device", "cuda", "--precision", "int8"], 120)
-    steps["int8 refused on cuda"] = {"ok": code == 2 and "int8 runs on CPU only" in tail, "exit": code, "tail": tail}
-    table = smoke_table(record)
-    write_record(args.out / "gpu_smoke.json", record, table)
-    print(table)
-    return 0 if all(s.get("ok") for s in steps.values()) else 1
+def exit_status(record: dict) -> int:
+    """0 when no step failed or was skipped for the budget (a step that does not apply, such as bf16 on
+    a GPU without it, is no failure), else 1."""
+    return 0 if all(s.get("ok") is not False for s in record["steps"].values()) else 1
 
 
 def smoke_table(record: dict) -> str:
     lines = [f"GPU: {record['gpu']} (compute capability {record['capability']})", ""]
-    rows = [[name, "ok" if s.get("ok") else "FAILED", s.get("seconds", ""), s.get("tok_s", ""),
-             f"{s['valid_bleu']:.2f}" if "valid_bleu" in s else ""] for name, s in record["steps"].items()]
-    lines.append(markdown_table(["step", "result", "seconds", "train tgt tok/s", "valid BLEU"], rows))
+    steps = record["steps"]
+    rows = [[name, s.get("result") or ("ok" if s.get("ok") else "FAILED"), s.get("seconds", ""), s.get("tok_s", ""),
+             f"{s['valid_bleu']:.2f}" if "valid_bleu" in s else "",
+             str(s.get("note") or s.get("error", "")).splitlines()[0][:120].replace("|", "/") if (
+                 s.get("note") or s.get("error")) else ""] for name, s in steps.items()]
+    rows += [[name, "not reached", "", "", "", ""] for name in record.get("plan", []) if name not in steps]
+    lines.append(markdown_table(["step", "result", "seconds", "train tgt tok/s", "valid BLEU", "note"], rows))
     for arch, modes in record.get("decode", {}).items():
-        lines += ["", f"Decoding, {arch} (fp32 checkpoint), test split:", ""]
+        lines += ["", f"Decoding, {arch}, test split, CUDA against CPU:", ""]
         lines.append(markdown_table(
             ["mode", "sentences/s", "BLEU", "same as CPU"],
             [[mode, f"{r['sentences_per_s']:.1f}", f"{r['bleu']:.2f}",
               f"{r['same_as_cpu']:.1%}" if "same_as_cpu" in r else "(CPU)"] for mode, r in modes.items()]))
+    if "elapsed_s" in record:
+        lines += ["", f"{record['elapsed_s']:.0f} s of a {record.get('budget_s', 0):.0f} s budget"
+                      + ("" if record.get("finished") else "; not finished")]
     return "\n".join(lines) + "\n"
 
 

@@ -126,6 +126,95 @@ def test_gpu_smoke_refuses_to_run_without_a_gpu_and_tabulates_a_record(tmp_path,
     assert "| greedy | 900.0 | 30.00 | 99.8% |" in table and "(CPU)" in table
 
 
+def test_gpu_smoke_plan_follows_its_flags(tmp_path, capsys):
+    import gpu_smoke
+
+    def names(*flags: str) -> list[str]:
+        args = gpu_smoke.parse_args(["--data-dir", str(tmp_path), "--runs", str(tmp_path / "runs"), *flags])
+        return [step.name for step in gpu_smoke.build_plan(args, {})]
+
+    assert names() == ["tests/test_cuda.py", "quickstart", "int8 refused on cuda", "tokenizer", "train rnn fp32",
+                       "train transformer fp32", "resume transformer fp32", "train rnn bf16", "train transformer bf16",
+                       "decode rnn", "decode transformer", "attribution rnn", "attribution transformer"]
+    assert names("--tests", "suite", "--quickstart-steps", "0", "--archs", "transformer", "--precisions", "fp16",
+                 "--sentences", "0") == ["test suite", "tokenizer", "train transformer fp16", "int8 refused on cuda",
+                                         "attribution transformer"]  # int8 on the first run; no fp32 run to resume
+    assert names("--tests", "none", "--quickstart-steps", "0", "--precisions", "fp32", "--resume-steps", "0",
+                 "--attribution-sentences", "0", "--archs", "rnn") == [
+        "tokenizer", "train rnn fp32", "int8 refused on cuda", "decode rnn"]
+    assert gpu_smoke.main(["--data-dir", str(tmp_path), "--dry-run", "--quickstart-steps", "40"]) == 0  # no GPU
+    assert "--max-steps 40" in capsys.readouterr().out
+
+
+def test_gpu_smoke_rewrites_its_record_after_every_step_and_skips_what_the_budget_cannot_fit(tmp_path, monkeypatch):
+    import time
+
+    import gpu_smoke
+
+    now, commands, on_disk = [0.0], [], []
+    out = tmp_path / "out" / "smoke.json"
+
+    def fake_run(command, timeout):  # each command takes 20 s of the fake clock
+        on_disk.append(list(json.loads(out.read_text())["steps"]))
+        commands.append(command)
+        now[0] += 20
+        if "translate" in command:
+            return 2, 20.0, "error: --precision int8 runs on CPU only (quantized CPU kernels)"
+        return 0, 20.0, "done"
+
+    def fake_tokenizer(args, home):
+        home.mkdir(parents=True)
+        (home / "spm.model").write_text("model")
+        (home / "spm.json").write_text("{}")
+        now[0] += 20
+        return home
+
+    monkeypatch.setattr(gpu_smoke, "run", fake_run)
+    monkeypatch.setattr(gpu_smoke, "shared_tokenizer", fake_tokenizer)
+    monkeypatch.setattr(gpu_smoke, "load_checkpoint", lambda path: {"progress": {"step": 500}})  # never grows
+    args = gpu_smoke.parse_args(["--data-dir", str(tmp_path), "--runs", str(tmp_path / "runs"), "--out", str(out),
+                                 "--budget-minutes", "3", "--sentences", "0", "--attribution-sentences", "0"])
+    record = {"gpu": "stub", "capability": "9.0", "steps": {}}
+    plan = gpu_smoke.build_plan(args, record)
+    gpu_smoke.execute(plan, record, args, clock=lambda: now[0])
+    # 20 s a step: at 140 s the 1-minute runs (75 s with start-up) no longer fit the 180 s budget
+    assert {name: s["result"] for name, s in record["steps"].items()} == {
+        "tests/test_cuda.py": "ok", "quickstart": "ok", "int8 refused on cuda": "ok", "tokenizer": "ok",
+        "train rnn fp32": "ok", "train transformer fp32": "ok", "resume transformer fp32": "FAILED",
+        "train rnn bf16": "skipped (budget)", "train transformer bf16": "skipped (budget)"}
+    assert [len(steps) for steps in on_disk] == [0, 1, 2, 4, 5, 6]  # the record was rewritten after every step
+    assert json.loads(out.read_text()) == json.loads(json.dumps(record)) and record["finished"]
+    assert gpu_smoke.exit_status(record) == 1
+    resume = record["steps"]["resume transformer fp32"]
+    assert resume["step_before"] == resume["step_after"] == 500 and "grew by 0, not 100" in resume["note"]
+    assert "--resume --max-steps 600 --max-minutes 0" in " ".join(commands[-1])  # its own limits lifted
+    train = " ".join(commands[3])
+    assert "--preset rnn-bahdanau" in train and "--precision fp32 --max-minutes 1.0" in train
+    assert "--device cuda" in train and "--cache-dir" in train
+    assert (tmp_path / "runs" / "rnn-fp32" / "spm.model").read_text() == "model"  # the shared tokenizer
+    table = out.with_suffix(".md").read_text()
+    assert "| train rnn bf16 | skipped (budget) |" in table and "grew by 0, not 100" in table
+    with pytest.raises(gpu_smoke.StepTimeout):
+        with gpu_smoke.time_limit(0.05):
+            time.sleep(2)
+
+
+def test_gpu_smoke_resume_check_needs_the_step_count_to_grow_and_finite_losses(tmp_path, monkeypatch):
+    import gpu_smoke
+
+    step = [200]
+    monkeypatch.setattr(gpu_smoke, "load_checkpoint", lambda path: {"progress": {"step": step[0]}})
+    lines = [{"kind": "train", "step": 50, "loss": float("nan")}, {"kind": "train", "step": 100, "loss": 4.0},
+             {"kind": "train", "step": 150, "loss": 3.5}, {"kind": "valid", "step": 200, "loss": 3.25, "bleu": 9.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    check = gpu_smoke.check_resume(tmp_path, 100, 100)
+    assert check["ok"] and check["note"] == "step 100 -> 200, last loss 3.250" and check["losses_after"] == [3.5, 3.25]
+    step[0] = 101  # the resumed run stopped after one step (the old --max-minutes bug)
+    assert not gpu_smoke.check_resume(tmp_path, 100, 100)["ok"]
+    assert "no loss after step 200" in gpu_smoke.check_resume(tmp_path, 200, 0)["note"]
+    assert "not finite" in gpu_smoke.check_resume(tmp_path, 0, 200)["note"]  # the NaN at step 50
+
+
 def test_ctranslate2_benchmark_decodes_with_both_engines_in_every_mode(data, tmp_path):
     pytest.importorskip("ctranslate2")
     run_dir = tmp_path / "run"

@@ -4,7 +4,8 @@ resume, decoding and attribution compared with CPU decoding of the same checkpoi
 What is exact and what only approximately equal on a GPU is explained in ``docs/guides/gpu.md``:
 cuDNN RNNs, fused attention and atomics-based reductions give results that differ from the CPU's in
 the last bits, so outputs are compared by share, scores and weights with tolerances.
-``benchmarks/gpu_smoke.py`` runs these together with Multi30k runs and the whole suite.
+``benchmarks/gpu_smoke.py`` runs these together with the quickstart and short Multi30k runs (the whole
+suite with ``--tests suite``).
 """
 from __future__ import annotations
 
