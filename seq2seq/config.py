@@ -82,6 +82,14 @@ class ModelConfig:
         """A copy with the fields left None filled in for ``arch`` (``ARCH_DEFAULTS``)."""
         return fill_arch_defaults(self, self.arch, "model")
 
+    def differences(self, other: "ModelConfig") -> list[tuple[str, Any, Any]]:
+        """(field, this value, other's value) for every architecture or size field that differs, i.e.
+        what keeps ``other``'s weights from loading into this model (dropout and the vocabulary size,
+        which comes from the tokenizer, do not count)."""
+        skip = {"dropout", "vocab_size"}
+        return [(f.name, getattr(self, f.name), getattr(other, f.name)) for f in dataclasses.fields(self)
+                if f.name not in skip and getattr(self, f.name) != getattr(other, f.name)]
+
     def validate(self) -> None:
         """Checks across fields (types and choices were checked when the config was read)."""
         if self.arch == "transformer" and self.d_model % self.heads:
@@ -137,6 +145,8 @@ class TrainConfig:
     __pydantic_config__ = STRICT
 
     seed: int = option(1, "random seed (same seed and data = same run on CPU)")
+    init_from: str = option("", "fine-tune: start from this trained run (its best.pt) or checkpoint: its weights, "
+                                "tokenizer and model config; the data, optimizer, schedule and budget are this run's")
     device: Device = option("auto", "where to train: auto (CUDA when present), cpu, cuda or cuda:N")
     tf32: bool = option(False, "CUDA: TF32 matmuls and cuDNN on Ampere or newer (faster fp32, ~1e-3 relative error)")
     precision: Literal["fp32", "bf16", "fp16", "auto"] = option(

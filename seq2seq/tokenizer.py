@@ -190,15 +190,23 @@ def load_or_train_tokenizer(
     model_type: str = "unigram",
     input_sentence_size: int = 2_000_000,
     data_fingerprint: str | None = None,
+    given: Tokenizer | None = None,
 ) -> Tokenizer:
     """Reuse ``path`` if its sidecar ``path.with_suffix('.json')`` matches the request, else train.
 
     The sidecar records the settings, a fingerprint of the training data and the model's sha256.
     ``data_fingerprint`` may be given by callers that know a cheaper one (e.g. file sizes and
-    mtimes); otherwise the texts are hashed (one extra pass over them).
+    mtimes); otherwise the texts are hashed (one extra pass over them). A ``given`` tokenizer (the
+    one of a model being fine-tuned) is written to ``path`` and used as it is, whatever the data.
     """
     path = Path(path)
     sidecar = path.with_suffix(".json")
+    if given is not None:
+        given.save(path)
+        record = {"given": True, "model_sha256": given.sha256(), "actual_vocab_size": given.vocab_size}
+        atomic_write_bytes(sidecar, (json.dumps(record, indent=2) + "\n").encode("utf-8"))
+        log.info("tokenizer: using the given model %s (vocab %d)", path, given.vocab_size)
+        return given
     if data_fingerprint is None:
         data_fingerprint = texts_fingerprint(texts_fn())
     wanted = {

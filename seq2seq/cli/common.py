@@ -182,10 +182,30 @@ def build_run_config(args: argparse.Namespace) -> RunConfig:
         name = None if corpus else "toy"
     args.preset = name  # the preset that was used, for --print-config
     layers = ([preset(name)] if name else []) + [file_values, flag_values]
+    init_from = flag_values["train"].get("init_from") or file_values.get("train", {}).get("init_from")
+    if init_from:  # fine-tuning: the trained model's architecture and size, below the file and the flags
+        layers.insert(len(layers) - 2, {"model": _trained_model(init_from, file_values, flag_values)})
     if getattr(args, "output_dir", None):
         layers.append({"output_dir": args.output_dir})
     where = f"--config {args.config}" if getattr(args, "config", None) else "options"
     return RunConfig.from_dict(merge_layers(layers), source=where).resolved()
+
+
+def _trained_model(init_from: str, file_values: dict, flag_values: dict) -> dict[str, Any]:
+    """The model section of the checkpoint ``--init-from`` names; a flag or config key that asks for
+    another architecture or size is an error naming it (dropout may change)."""
+    from ..checkpoint.loaded import LoadedCheckpoint
+
+    trained = LoadedCheckpoint.read(init_from).config.model
+    model = dataclasses.asdict(trained)
+    for source, values in (("--config", file_values.get("model", {})), ("flag", flag_values["model"])):
+        for key, value in values.items():
+            if key in ("dropout", "vocab_size") or key not in model or value == model[key]:
+                continue
+            where = f"--{key.replace('_', '-')} {value}" if source == "flag" else f"--config: model.{key} {value}"
+            raise UserError(f"{where}: --init-from {init_from} trained {key} {model[key]!r}; fine-tuning keeps the "
+                            "trained model's architecture and size (drop the option)")
+    return {key: value for key, value in model.items() if key != "vocab_size"}
 
 
 def config_from_flags(flags: list[str]) -> RunConfig:

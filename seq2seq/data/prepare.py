@@ -106,9 +106,10 @@ def prepare_corpus(
 
 
 def prepare_data(
-    cfg: DataConfig, tokenizer_path: str | Path, cache_dir: str | Path
+    cfg: DataConfig, tokenizer_path: str | Path, cache_dir: str | Path, tokenizer: Tokenizer | None = None
 ) -> tuple[Tokenizer, DatasetDict]:
-    """Tokenizer (reused or trained on the cleaned training split) and the encoded corpus.
+    """Tokenizer (``tokenizer`` when given, else reused or trained on the cleaned training split) and
+    the encoded corpus.
 
     The corpus is loaded at most once, and not at all when both tokenizer and cache are reusable;
     a large local corpus's temporary Arrow copy (``raw_dir``) is removed afterwards.
@@ -124,7 +125,7 @@ def prepare_data(
     try:
         tokenizer = load_or_train_tokenizer(
             tokenizer_path, train_texts, cfg.vocab_size, cfg.sp_model_type, cfg.sp_input_sentence_size,
-            data_fingerprint=corpus_fingerprint(cfg),
+            data_fingerprint=corpus_fingerprint(cfg), given=tokenizer,
         )
         corpus, stats = loaded[0] if loaded else (None, None)
         return tokenizer, prepare_corpus(cfg, tokenizer, cache_dir, corpus=corpus, stats=stats)

@@ -108,13 +108,15 @@ def training_stream(pairs: IterableDataset, tokenizer: Tokenizer, buffer_size: i
 
 
 def prepare_stream(cfg: DataConfig, tokenizer_path: str | Path, seed: int, rank: int = 0,
-                   world_size: int = 1) -> tuple[Tokenizer, IterableDataset, DatasetDict]:
-    """Tokenizer (trained on the stream's head or reused), this rank's encoded training stream, and
-    the encoded validation and test splits."""
+                   world_size: int = 1, tokenizer: Tokenizer | None = None,
+                   ) -> tuple[Tokenizer, IterableDataset, DatasetDict]:
+    """Tokenizer (``tokenizer`` when given, else trained on the stream's head or reused), this rank's
+    encoded training stream, and the encoded validation and test splits."""
     pairs, evals = load_stream_corpus(cfg)
     tokenizer = load_or_train_tokenizer(
         tokenizer_path, lambda: stream_texts(pairs, cfg.sp_input_sentence_size), cfg.vocab_size,
         cfg.sp_model_type, cfg.sp_input_sentence_size, data_fingerprint=corpus_fingerprint(cfg) + ":stream-head",
+        given=tokenizer,
     )
     stream = training_stream(pairs, tokenizer, cfg.shuffle_buffer, seed, rank, world_size)
     return tokenizer, stream, encode_corpus(evals, tokenizer)

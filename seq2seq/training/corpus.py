@@ -82,9 +82,12 @@ class StreamingCorpus(PreparedCorpus):
         return self.batcher.batches(epoch, start)
 
 
-def prepare_run_corpus(cfg: RunConfig, output_dir: Path, quiet: bool = False) -> PreparedCorpus:
-    """Tokenizer (``<output_dir>/spm.model``, reused if it matches) and the encoded corpus (cached
-    under ``data.cache_dir``, reused across runs with the same corpus, cleaning and tokenizer)."""
+def prepare_run_corpus(cfg: RunConfig, output_dir: Path, quiet: bool = False,
+                       tokenizer: Tokenizer | None = None) -> PreparedCorpus:
+    """Tokenizer (``<output_dir>/spm.model``: ``tokenizer`` when given, e.g. the one of a model being
+    fine-tuned, else reused if it matches or trained) and the encoded corpus (cached under
+    ``data.cache_dir``, reused across runs with the same corpus, cleaning and tokenizer)."""
+    given = tokenizer
     if quiet:
         import datasets
 
@@ -94,13 +97,13 @@ def prepare_run_corpus(cfg: RunConfig, output_dir: Path, quiet: bool = False) ->
         from ..data.streaming import prepare_stream
 
         tokenizer, stream, splits = distributed.main_first(lambda: _reuse_main(tokenizer_path, lambda: prepare_stream(
-            cfg.data, tokenizer_path, cfg.train.seed, rank, world)))
+            cfg.data, tokenizer_path, cfg.train.seed, rank, world, tokenizer=given)))
         log("corpus", quiet=quiet, vocab=tokenizer.vocab_size, train_pairs="stream",
             **{f"{name}_pairs": len(data) for name, data in splits.items()})
         return StreamingCorpus(tokenizer, splits, cfg.data.max_tokens, cfg.train.seed, rank, world,
                                stream=stream, window=cfg.data.stream_window)
     tokenizer, splits = distributed.main_first(lambda: _reuse_main(tokenizer_path, lambda: prepare_data(
-        cfg.data, tokenizer_path, cfg.data.cache_dir)))
+        cfg.data, tokenizer_path, cfg.data.cache_dir, tokenizer=given)))
     if len(splits["train"]) == 0:
         raise UserError("the training split is empty; check --data-dir / --train-file and the filters")
     log("corpus", quiet=quiet, vocab=tokenizer.vocab_size,

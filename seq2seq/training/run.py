@@ -15,6 +15,7 @@ from ..decoding.translator import Translator
 from ..errors import UserError
 from ..io_utils import make_directory
 from ..metrics import corpus_scores
+from ..tokenizer import Tokenizer
 from ..runtime import (
     log,
     peak_rss_mb,
@@ -77,15 +78,20 @@ def _train(cfg: RunConfig, resume: bool, quiet: bool, final_test: bool) -> Train
         log("warning", message=slow)
     if cfg.train.tensorboard and distributed.is_main():
         check_log_dir(cfg.train.tensorboard)  # installed and writable, before any work
+    start = _fine_tuning_start(cfg, out) if cfg.train.init_from and not resume else None
     created = not out.exists()  # a run that fails before its first checkpoint removes what it created
     make_directory(out, f"creating the run directory {out}", "choose another --output-dir")
     try:
-        corpus = prepare_run_corpus(cfg, out, quiet=quiet)
+        tokenizer = start.tokenizer if start else _own_tokenizer(out) if cfg.train.init_from else None
+        corpus = prepare_run_corpus(cfg, out, quiet=quiet, tokenizer=tokenizer)
         cfg.model.vocab_size = corpus.tokenizer.vocab_size
         if distributed.is_main():
             write_config(cfg, out)
             _write_shortlist(corpus, out, quiet)
         trainer = Trainer(cfg, corpus, quiet=quiet)
+        if start is not None:
+            trainer.model.load_state_dict(start.payload["model"])
+            log("init", checkpoint=start.path, step=(start.payload.get("progress") or {}).get("step", "?"))
         if resume:
             trainer.restore(out / "last.pt")
             log("resume", step=trainer.progress.step, epoch=trainer.progress.epoch)
@@ -108,6 +114,23 @@ def _train(cfg: RunConfig, resume: bool, quiet: bool, final_test: bool) -> Train
         result.test_scores = test_best_checkpoint(trainer, out)
     write_summary(result)
     return result
+
+
+def _fine_tuning_start(cfg: RunConfig, out: Path) -> LoadedCheckpoint:
+    """``--init-from``: the trained checkpoint a new run starts from, checked to fit ``cfg.model``."""
+    start = LoadedCheckpoint.read(cfg.train.init_from)
+    differences = cfg.model.differences(start.config.model)
+    if differences:
+        listed = ", ".join(f"{name} {mine} (the checkpoint has {theirs})" for name, mine, theirs in differences)
+        raise UserError(f"--init-from {cfg.train.init_from}: fine-tuning keeps the trained model's architecture "
+                        f"and size, but this run asks for {listed}; drop those options (from Python: "
+                        "cfg.model = LoadedCheckpoint.read(path).config.model)")
+    return start
+
+
+def _own_tokenizer(out: Path) -> Tokenizer:
+    """A resumed fine-tuning run keeps the tokenizer it copied from its start (it may be gone by now)."""
+    return Tokenizer.load(out / "spm.model")
 
 
 def write_config(cfg: RunConfig, out: Path) -> None:
