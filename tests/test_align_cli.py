@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from seq2seq.cli import align
-from seq2seq.alignment.links import alignment_error_rate, parse_pharaoh, read_pharaoh_file
+from seq2seq.alignment.links import parse_pharaoh, read_pharaoh_file
 from seq2seq.alignment.matrices import merge_to_words
 from seq2seq.config import ModelConfig, RunConfig
 from seq2seq.models import build_model
@@ -32,7 +32,7 @@ def checkpoint(tmp_path_factory) -> Path:
         "model": {"arch": "transformer", "d_model": 32, "heads": 2, "ff_size": 64, "layers": 2, "dropout": 0.1},
         "data": {"toy_size": 300, "vocab_size": 120, "max_tokens": 400, "cache_dir": str(out.parent / "cache")},
         "train": {"max_steps": 8, "eval_every": 0, "warmup_steps": 4, "lr": 3e-3, "log_every": 4, "seed": 3,
-                  "threads": 1},
+                  "threads": 1, "device": "cpu"},
     })
     cfg.output_dir = str(out)
     train(cfg, quiet=True)
@@ -141,6 +141,16 @@ def test_translate_eos_threshold_and_bad_layer(checkpoint, tmp_path, capsys):
     assert "--align-layer 5" in capsys.readouterr().err and not (tmp_path / "b.jsonl").exists()
 
 
+def _pharaoh(line: str) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
+    """One Pharaoh line parsed here: (sure links "i-j", possible links "i?j" together with the sure)."""
+    sure, possible = set(), set()
+    for token in line.split():
+        mark = "?" if "?" in token else "-"
+        i, j = token.split(mark)
+        (possible if mark == "?" else sure).add((int(i), int(j)))
+    return sure, possible | sure
+
+
 @pytest.fixture()
 def gold_files(tmp_path) -> dict[str, Path]:
     files = {"src": "twenty-one\nthree hundred and five\nseven\n",
@@ -160,11 +170,22 @@ def test_align_command_scores_and_writes_pharaoh(checkpoint, gold_files, tmp_pat
     assert align.main(argv + ["--output", str(links)]) == 0
     scores = json.loads(capsys.readouterr().out.splitlines()[-1])
     predicted, _ = read_pharaoh_file(links)  # parses back
-    sure, possible = read_pharaoh_file(gold_files["gold"])
-    expected = alignment_error_rate(predicted, sure, possible)
-    assert scores["forward"]["aer"] == pytest.approx(expected.aer)
-    assert scores["forward"]["precision"] == pytest.approx(expected.precision)
     assert [len(p) for p in predicted] == [3, 3, 1]  # argmax: one link per target word
+    # The expected scores computed here, not by alignment_error_rate: the written links and the gold
+    # parsed by hand (i-j sure, i?j possible; P includes S), then written out
+    # AER = 1 - (|A∩S| + |A∩P|) / (|A| + |S|), precision = |A∩P| / |A|, recall = |A∩S| / |S|.
+    # Catches a wrong formula (e.g. |P| for |S| in the denominator, precision |A∩S| / |A|), the gold's
+    # possible links dropped or read as sure (the expected values no longer use read_pharaoh_file), or
+    # scores of other links than the ones written.
+    written = [_pharaoh(line)[0] for line in links.read_text(encoding="utf-8").splitlines()]
+    gold = [_pharaoh(line) for line in gold_files["gold"].read_text(encoding="utf-8").splitlines()]
+    assert [len(s) for s, _ in gold] == [2, 3, 1] and [len(p) for _, p in gold] == [3, 4, 1]  # by hand
+    a, s = sum(map(len, written)), sum(len(g) for g, _ in gold)
+    a_s = sum(len(links_i & g) for links_i, (g, _) in zip(written, gold))
+    a_p = sum(len(links_i & p) for links_i, (_, p) in zip(written, gold))
+    assert scores["forward"]["aer"] == pytest.approx(1 - (a_s + a_p) / (a + s), abs=1e-12)
+    assert scores["forward"]["precision"] == pytest.approx(a_p / a, abs=1e-12)
+    assert scores["forward"]["recall"] == pytest.approx(a_s / s, abs=1e-12)
     # the same model as a "backward" (target->source) one: its links come back as (src, tgt)
     assert align.main(argv + ["--backward-checkpoint", str(checkpoint), "--output", str(links)]) == 0
     scores = json.loads(capsys.readouterr().out.splitlines()[-1])

@@ -142,7 +142,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
                       "hidden_size": 32, "decoder_hidden_size": 32, "dropout": 0.1},
             "data": {"toy_size": 300, "vocab_size": 120, "max_tokens": 400, "cache_dir": str(root / "cache")},
             "train": {"max_steps": 8, "eval_every": 0, "warmup_steps": 4, "lr": 3e-3, "log_every": 4, "seed": 3,
-                      "threads": 1},
+                      "threads": 1, "device": "cpu"},
         })
         cfg.output_dir = str(root / arch)
         result[arch] = train(cfg, quiet=True).output_dir
@@ -180,9 +180,26 @@ def test_report_end_to_end(runs, corpus, tmp_path):
     assert (rnn["layers"], rnn["heads"], tf["layers"], tf["heads"]) == (1, 1, 2, 2)
     assert rnn["importance"] is None and "single attention" in rnn["importance_note"]
     assert np.array(tf["per_head"]["entropy"]).shape == (2, 2) and np.array(tf["aer"]).shape == (2, 2)
+    # Gold links are k-k for k < min(source words, reference words); argmax gives one link per reference
+    # word (EOS dropped). Counted here from the files, the empty pair (line 4) not analysed.
+    sources = corpus["input"].read_text(encoding="utf-8").splitlines()
+    references = corpus["reference"].read_text(encoding="utf-8").splitlines()
+    kept = [k for k, line in enumerate(sources) if line.strip()]
+    sure = sum(min(len(sources[k].split()), len(references[k].split())) for k in kept)
+    reference_words = sum(len(references[k].split()) for k in kept)
     for entry in (rnn, tf):
         assert sum(c["attention_share"] for c in entry["classes"].values()) == pytest.approx(1.0)
-        assert 0.0 <= entry["aggregate_aer"]["aer"] <= 1.0
+        scores = entry["aggregate_aer"]
+        # catches gold links misread (|S|), links to EOS or several per word (|A|), other sentences
+        assert (scores["sentences"], scores["sure"], scores["possible"], scores["predicted"]) == (
+            11, sure, sure, reference_words)
+        a, s, a_s, a_p = scores["predicted"], scores["sure"], scores["predicted_sure"], scores["predicted_possible"]
+        assert a_s == a_p <= min(a, s)  # P = S: the gold file has sure links only
+        # AER = 1 - (|A∩S| + |A∩P|) / (|A| + |S|), precision |A∩P| / |A|, recall |A∩S| / |S|, written out:
+        # catches a wrong formula, e.g. recall |A∩S| / |A| (with P = S here a mix-up of |P| and |S| cannot
+        # show: test_align_cli's gold has possible links)
+        assert scores["aer"] == pytest.approx(1 - (a_s + a_p) / (a + s), abs=1e-12)
+        assert (scores["precision"], scores["recall"]) == pytest.approx((a_p / a, a_s / s), abs=1e-12)
     importance = tf["importance"]
     assert [p["k"] for p in importance["pruning"]] == [0, 1, 2, 3, 4]
     assert importance["pruning"][0]["loss"] == pytest.approx(tf["loss"], rel=1e-4)

@@ -284,3 +284,16 @@ def test_budget_benchmark_tests_the_snapshots_nearest_each_budget_and_resumes_a_
     again = script("bench_budget.py", *[f if f != "0.05" else "0.07" for f in flags], "--", *tiny, cwd=tmp_path)
     assert "[transformer]" in again.stderr and "--resume" in again.stderr and "[rnn-bahdanau]" not in again.stderr
     assert check_record(out, "budget")["archs"]["transformer"]["steps"] > steps
+
+
+def test_finetune_benchmark_tunes_a_base_and_scores_both_domains(data, tmp_path):
+    out = tmp_path / "finetune.json"
+    script("bench_finetune.py", "--data-dir", str(data), "--src", "en", "--tgt", "de", "--test-split", "test",
+           "--tune-data", "val", "--tune-sentences", "4", "--base-minutes", "1", "--tune-minutes", "1",
+           "--device", "cpu", "--out", str(out), "--", *TINY_MODEL, "--vocab-size", "60", cwd=tmp_path)
+    record = check_record(out, "finetune")
+    assert set(record["scores"]) == {"base", "tuned"} and record["held_out"] == 4  # val: 8 pairs, 4 tuned on
+    assert set(record["scores"]["tuned"]) == {"domain", "original"}
+    tuned = torch.load(out.with_suffix("") / "tuned" / "last.pt", weights_only=True)["config"]
+    assert tuned["train"]["init_from"] == str(out.with_suffix("") / "base" / "best.pt")
+    assert "| tuned |" in out.with_suffix(".md").read_text()

@@ -118,6 +118,8 @@ def test_shortlist_written_by_training_used_by_translate_and_rebuilt_by_its_cli(
                            "--src", str(src), "--tgt", str(tgt)], capture_output=True, text=True, cwd=ROOT)
     assert "--src is deprecated" in proc.stderr  # the old flag names still work, with a warning
     assert proc.returncode == 2 and "line-aligned" in proc.stderr and "Traceback" not in proc.stderr
+    # the message names both files and their line counts (catches a message that drops a name or a count)
+    assert f"--source {src} has 3 lines but --target {tgt} has 1" in " ".join(proc.stderr.split()), proc.stderr
 
 
 def test_translate_samples_reproducibly_with_a_seed(checkpoint):
@@ -277,11 +279,22 @@ def test_config_file_with_unknown_key(tmp_path):
     assert "hiden_size" in proc.stderr and "run.yaml" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_bench_decodes_with_and_without_the_shortlist(checkpoint, tmp_path):
+def test_bench_decodes_with_and_without_the_shortlist(checkpoint, tmp_path, monkeypatch):
     import argparse
     import shutil
 
     from bench import decode_system
+    from seq2seq.decoding.translator import Translator
+
+    outputs = []  # every translate call's output texts, in the order of the bench's runs
+    translate = Translator.translate
+
+    def recorded(self, sentences, *args, **kwargs):
+        hyps = translate(self, sentences, *args, **kwargs)
+        outputs.append([h.text for h in hyps])
+        return hyps
+
+    monkeypatch.setattr(Translator, "translate", recorded)
 
     run_dir, data = tmp_path / "run", tmp_path / "data"
     run_dir.mkdir(), data.mkdir()
@@ -299,11 +312,23 @@ def test_bench_decodes_with_and_without_the_shortlist(checkpoint, tmp_path):
     int8 = {"greedy_int8", "beam5_int8", "greedy_bs1_int8", "beam5_int8_shortlist", "greedy_bs1_int8_shortlist"}
     assert set(result) == {"greedy", "beam5", "greedy_shortlist", "beam5_shortlist", "greedy_bs1", "greedy_bs1_fp16",
                            "greedy_bs1_shortlist", "greedy_bs1_fp16_shortlist", *bf16, *int8}
-    for label in bf16 | int8:  # compared with the fp32 outputs like the other faster paths
-        twin = label.removesuffix("_shortlist").removesuffix("_bf16").removesuffix("_int8")
-        assert 0 <= result[label][f"same_outputs_as_{twin}"] <= result[label]["sentences"]
-    assert 0 <= result["beam5_shortlist"]["same_outputs_as_beam5"] <= 3
-    assert 0 <= result["greedy_bs1_fp16"]["same_outputs_as_greedy_bs1"] <= 2
+    # The agreement counts recounted from the outputs each run produced (recorded above, one translate
+    # call per run): catches counting the differences (a != b), comparing with the wrong fp32 twin,
+    # or over another subset. Every faster path (shortlist, fp16, bf16, int8) has exactly one count.
+    assert len(outputs) == len(result)
+    texts = dict(zip(result, outputs))
+    for label, entry in result.items():
+        assert len(texts[label]) == entry["sentences"]
+        twin = label.removesuffix("_shortlist")
+        for suffix in ("_fp16", "_bf16", "_int8"):
+            twin = twin.removesuffix(suffix)
+        counts = {key: value for key, value in entry.items() if key.startswith("same_outputs_as_")}
+        expected = {} if twin == label else {
+            f"same_outputs_as_{twin}": sum(a == b for a, b in zip(texts[label], texts[twin], strict=True))}
+        assert counts == expected, label
+    assert {label for label in result if "same_outputs_as_greedy_bs1" in result[label]} == {
+        "greedy_bs1_fp16", "greedy_bs1_shortlist", "greedy_bs1_fp16_shortlist", *(bf16 | int8) & {
+            "greedy_bs1_bf16", "greedy_bs1_int8", "greedy_bs1_int8_shortlist"}}
     assert result["greedy_bs1"]["sentences"] == 2 and result["beam5"]["sentences"] == 3
     from bench import speed_table
 

@@ -35,7 +35,7 @@ def tiny_config(out: Path, arch: str) -> RunConfig:
                   "hidden_size": 32, "decoder_hidden_size": 48, "dropout": 0.1},
         "data": {"toy_size": 300, "vocab_size": 120, "max_tokens": 400, "cache_dir": str(out.parent / "cache")},
         "train": {"max_steps": 30, "eval_every": 10, "warmup_steps": 5, "lr": 3e-3, "log_every": 5,
-                  "eval_max_sentences": 8, "seed": 3, "threads": 1},
+                  "eval_max_sentences": 8, "seed": 3, "threads": 1, "device": "cpu"},
     })
     cfg.output_dir = str(out)
     return cfg
@@ -183,14 +183,32 @@ def test_bleu_by_source_length(report_dir, report, test_set):
     assert [row[0] for row in rows] == ["1-3", "4-6", "7+"]
 
 
-def test_learning_curves_and_alignments(report):
+def test_learning_curves_and_alignments(report, runs, test_set):
     for entry in report["systems"]:
         assert [point["step"] for point in entry["validation_curve"]] == [10, 20, 30]
     assert len(report["examples"]) == 2
     for example in report["examples"]:
         assert set(example["translations"]) == {"rnn", "transformer"}
-    for scores in report["aer"].values():
-        assert 0.0 <= scores["aer"] <= 1.0 and scores["sentences"] == 20
+    # The AER recomputed here: the gold links k-k from the files, one argmax link per reference word
+    # taken with np.argmax from each system's force-decoded word attention, and
+    # AER = 1 - (|A∩S| + |A∩P|) / (|A| + |S|) with P = S (the gold file has sure links only).
+    # Catches a wrong formula, misread gold links, links to EOS or the wrong argmax axis, other sentences.
+    from seq2seq.jobs.compare.stats import forced_attentions
+
+    sources = test_set["source"].read_text(encoding="utf-8").splitlines()
+    references = test_set["reference"].read_text(encoding="utf-8").splitlines()
+    sure = [{(k, k) for k in range(min(len(s.split()), len(t.split())))} for s, t in zip(sources, references)]
+    assert set(report["aer"]) == {"rnn", "transformer"}
+    for name, scores in report["aer"].items():
+        translator = Translator.from_checkpoint(runs[name] / "best.pt", device="cpu")
+        words = [record.words for record in forced_attentions(translator, sources, references)]
+        assert [w.shape for w in words] == [(len(t.split()), len(s.split())) for s, t in zip(sources, references)]
+        predicted = [{(int(np.argmax(row)), j) for j, row in enumerate(w)} for w in words]
+        a, s = sum(map(len, predicted)), sum(map(len, sure))
+        a_s = sum(len(links & gold) for links, gold in zip(predicted, sure))
+        assert (scores["sentences"], scores["predicted"], scores["sure"]) == (20, a, s)
+        assert a == sum(len(t.split()) for t in references)
+        assert scores["aer"] == pytest.approx(1 - (a_s + a_s) / (a + s), abs=1e-12)
     # runs of seconds reach none of the default budgets (5 ... 90 minutes): no budget table
     assert report["budgets"]["minutes"] == [5, 10, 20, 40, 90]
     assert all(cell is None for row in report["budgets"]["systems"].values() for cell in row.values())

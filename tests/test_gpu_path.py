@@ -54,8 +54,18 @@ def test_tf32_is_opt_in_and_off_means_ieee_everywhere():
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
         allow_tf32(False)  # PyTorch's own default leaves cuDNN (the RNNs) on TF32
         assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
-        with torch.backends.cudnn.flags(enabled=False):  # what attribution wraps the RNN backward in
-            pass
+        # Attribution's context (scoring.eval_mode with grad, around the RNN backward) wraps
+        # torch.backends.cudnn.flags(enabled=False), which reads the old TF32 switch: entering it must
+        # not raise after allow_tf32(False), must turn cuDNN off inside (catches the flags dropped from
+        # eval_mode: cuDNN's RNN backward refuses eval mode) and must leave the switches IEEE afterwards.
+        from seq2seq.decoding.scoring import eval_mode
+
+        enabled = torch.backends.cudnn.enabled
+        model = torch.nn.Linear(2, 2).train()
+        with eval_mode(model, grad=True):
+            assert not torch.backends.cudnn.enabled and torch.is_grad_enabled() and not model.training
+        assert torch.backends.cudnn.enabled == enabled and model.training
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 

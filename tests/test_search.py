@@ -11,6 +11,23 @@ from test_models import BOS, EOS, PAD, VOCAB, make_model, train, single
 ARCHS = ["bahdanau", "luong-no-feeding", "transformer-pre"]
 
 
+def _gnmt(length, alpha):
+    """The GNMT length penalty written out (Wu et al. 2016, eq. 14): ((5 + |Y|) / 6)^alpha, |Y| counting
+    the EOS. Written here, not imported, so that a change in ``length_penalty_gnmt`` cannot also change
+    what the search tests expect."""
+    return ((5 + length) / 6) ** alpha
+
+
+@pytest.mark.parametrize("length, alpha, expected", [
+    (1, 0.6, 1.0),              # (5 + 1) / 6 = 1: a one-token hypothesis is never penalised
+    (7, 1.0, 2.0),              # (5 + 7) / 6 = 2
+    (13, 0.5, math.sqrt(3.0)),  # (5 + 13) / 6 = 3, 3^0.5
+    (3, 2.0, 16 / 9),           # (5 + 3) / 6 = 4/3, squared
+    (10, 0.0, 1.0),             # alpha 0: no penalty
+])
+def test_gnmt_length_penalty_hand_computed(length, alpha, expected):
+    # Catches a changed constant, e.g. ((6 + length) / 6) ** alpha or ((5 + length) / 5) ** alpha.
+    assert length_penalty_gnmt(length, alpha) == pytest.approx(expected, rel=1e-12)
 
 
 @pytest.fixture(scope="module", params=ARCHS)
@@ -50,7 +67,8 @@ def test_beam_scores_sorted_and_equal_rescoring(model, batch, alpha):
         for h in sentence:
             log_prob = _rescore(model, *single(src, mask, i), h.tokens)
             assert h.log_prob == pytest.approx(log_prob, abs=1e-4)
-            assert h.score == pytest.approx(log_prob / length_penalty_gnmt(len(h.tokens) + 1, alpha), abs=1e-4)
+            # Expected score from the formula written out: a changed GNMT constant fails here (alpha 1).
+            assert h.score == pytest.approx(log_prob / _gnmt(len(h.tokens) + 1, alpha), abs=1e-4)
             assert h.attention is None and EOS not in h.tokens and BOS not in h.tokens and PAD not in h.tokens
 
 
@@ -72,7 +90,7 @@ def _reference_beam(model, src, mask, k, alpha, limit):
         candidates.sort(key=lambda c: -c[0])
         for score, tokens, y in candidates[:k]:
             if y == EOS and len(finished) < k:
-                finished.append((tokens, score, score / length_penalty_gnmt(len(tokens) + 1, alpha)))
+                finished.append((tokens, score, score / _gnmt(len(tokens) + 1, alpha)))
         beams = [(tokens + [y], score) for score, tokens, y in candidates[: 2 * k] if y != EOS][:k]
         if len(finished) >= k or t >= limit:
             break

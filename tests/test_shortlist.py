@@ -1,6 +1,8 @@
 """Lexical shortlists: IBM Model 1 tables, batch vocabularies, restricted search, files and CLI."""
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 import torch
@@ -49,7 +51,12 @@ def test_batch_vocabulary_holds_eos_frequent_sources_and_their_translations():
     shortlist = Shortlist.build(src, tgt, V, "tok", max_translations=3, max_frequent=5).with_sizes(1, 2)
     batch = torch.tensor([[5, 9, EOS, PAD], [6, EOS, PAD, PAD]])
     ids = shortlist.vocabulary(batch, batch != PAD).tolist()
-    expected = {EOS, 5, 9, 6, TRANSLATE[5], TRANSLATE[9], TRANSLATE[6], *shortlist.frequent[:2].tolist()}
+    # the 2 most frequent target tokens counted here (ties: the lower id), not read off the shortlist:
+    # catches a wrong frequency ranking (e.g. least frequent first, or counting the sources)
+    counts = Counter(int(t) for sentence in tgt for t in sentence)
+    frequent = sorted(counts, key=lambda t: (-counts[t], t))[:2]
+    assert counts[frequent[1]] > sorted(counts.values(), reverse=True)[2]  # no tie at the cut
+    expected = {EOS, 5, 9, 6, TRANSLATE[5], TRANSLATE[9], TRANSLATE[6], *frequent}
     assert ids == sorted(expected)
     assert PAD not in ids and BOS not in ids
     assert len(shortlist.with_sizes(3, 5).vocabulary(batch, batch != PAD)) > len(ids)
@@ -127,12 +134,24 @@ def test_output_vocabulary_rejects_bad_ids(model):
 # ------------------------------------------------------------------------------ the CLI
 
 
-def test_cli_errors_name_the_files(tmp_path, capsys):
+def test_cli_errors_name_the_files(tmp_path, capsys, tiny_tokenizer):
+    from seq2seq.checkpoint.file import save_checkpoint
+    from seq2seq.checkpoint.parts import bytes_to_tensor
+
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
     a.write_text("x\ny\n", encoding="utf-8")
     b.write_text("x\n", encoding="utf-8")
     assert shortlist_main(["--checkpoint", str(tmp_path / "none.pt"), "--source", str(a), "--target", str(b)]) == 2
     assert "no such file" in capsys.readouterr().err
+    # A readable checkpoint (the CLI reads only its config and tokenizer): now the line counts are what
+    # is refused, the message naming both files and their counts (catches a message that drops one).
+    checkpoint = tmp_path / "run" / "best.pt"
+    checkpoint.parent.mkdir()
+    save_checkpoint(checkpoint, {"config": {}, "tokenizer": bytes_to_tensor(tiny_tokenizer.to_bytes()), "model": {}})
+    assert shortlist_main(["--checkpoint", str(checkpoint), "--source", str(a), "--target", str(b)]) == 2
+    err = " ".join(capsys.readouterr().err.split())  # however the message is wrapped
+    assert f"--source {a} has 2 lines but --target {b} has 1; the files must be line-aligned" in err
+    assert not (checkpoint.parent / "shortlist.npz").exists()
 
 
 def test_training_never_fails_because_of_the_shortlist(tmp_path, monkeypatch, capsys):
