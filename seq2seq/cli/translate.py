@@ -51,6 +51,10 @@ def parse_args(argv: list[str] | None):
                         "(CPU only): quantized linear layers. Outputs may differ slightly from fp32; "
                         "measured speeds: docs/performance.md")
     p.add_argument("--reference", help="reference file: print sacrebleu BLEU and chrF with signatures")
+    p.add_argument("--output-format", choices=("text", "jsonl"), default="text",
+                   help="text: one translation per line (with --n-best: 'index ||| translation ||| score'); "
+                        "jsonl: one JSON object per input with score, log_prob and each target piece's and "
+                        "word's log-probability and entropy (how sure the model was; docs/formats.md)")
     a = p.add_argument_group(
         "alignments and attribution",
         "Attention is exported per sentence as the raw (layers, heads, tgt+1, src+1) array and as one "
@@ -107,4 +111,5 @@ def job_from_args(args: argparse.Namespace) -> TranslateJob:
         checkpoints=list(args.checkpoint), input=args.input, output=args.output, reference=args.reference,
         decode=decode_config(args), device=args.device, precision=args.precision, shortlist=args.shortlist,
         shortlist_sizes=tuple(args.shortlist_sizes) if args.shortlist_sizes else None, alignments=args.alignments,
-        plot_dir=args.plot_dir, html=args.html, max_plots=args.max_plots, align=align, attribution=attribution)
+        plot_dir=args.plot_dir, html=args.html, max_plots=args.max_plots, align=align, attribution=attribution,
+        output_format=args.output_format)

@@ -32,7 +32,7 @@ from ..config import check_decoding
 from ..errors import UserError
 from ..models.base import EncoderDecoder, select_batch
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
-from .scoring import eval_mode, forced_pass
+from .scoring import eval_mode, forced_confidence, forced_pass
 
 
 @dataclass
@@ -46,6 +46,8 @@ class Hypothesis:
     score: float
     log_prob: float
     attention: torch.Tensor | None = None
+    #: (log p, entropy) of each token and EOS under the model (``attach_confidence``), when asked for
+    confidence: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 def length_penalty_gnmt(length: int, alpha: float) -> float:
@@ -433,6 +435,20 @@ def attach_attention(model: EncoderDecoder, src: torch.Tensor, src_mask: torch.T
                                    need_attention=True, need_scores=False)
     for (_, h), weights in zip(flat, attention):
         h.attention = weights
+
+
+def attach_confidence(model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor,
+                      hyps: list[list[Hypothesis]]) -> None:
+    """Fill ``h.confidence`` (log p and entropy per output token and EOS) by teacher-forcing the
+    outputs (``scoring.forced_confidence``: one batch for all hypotheses)."""
+    flat = [(i, h) for i, sentence in enumerate(hyps) for h in sentence]
+    if not flat:
+        return
+    index = torch.tensor([i for i, _ in flat], device=src.device)
+    with eval_mode(model, inference=True):
+        confidence = forced_confidence(model, src[index], src_mask[index], [h.tokens for _, h in flat])
+    for (_, h), pair in zip(flat, confidence):
+        h.confidence = pair
 
 
 def translate_batch(

@@ -19,7 +19,7 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -32,7 +32,7 @@ from ..runtime import LOGGER, allow_tf32, precision_warning, resolve_device
 from .scoring import pad_ids
 from .shortlist import FILE_NAME, Shortlist
 from .ensemble import EnsembleModel
-from .search import Sampling, translate_batch
+from .search import Sampling, attach_confidence, translate_batch
 from ..tokenizer import EOS_ID, PAD_ID, Tokenizer
 
 
@@ -71,6 +71,11 @@ class Translation:
     #: ensembles: every member's attention (L_m, H_m, len(tgt_pieces), len(src_pieces)), the first
     #: checkpoint's first (``attention`` is that one); None for one model
     member_attention: list[np.ndarray] | None = None
+    #: with ``translate(..., confidence=True)``: log p(y_t | y_<t, x) of each target piece and EOS
+    #: (aligned with ``tgt_pieces``; they sum to ``log_prob`` when the search used the whole
+    #: vocabulary) and the entropy in nats of the model's distribution at that step
+    token_log_probs: list[float] | None = None
+    token_entropy: list[float] | None = None
 
     @property
     def alignment(self) -> np.ndarray | None:
@@ -81,6 +86,21 @@ class Translation:
         from ..alignment.matrices import aggregate
 
         return aggregate(self.attention)
+
+    def confidence(self) -> dict[str, list[dict[str, Any]]] | None:
+        """Per target piece and per word (pieces joined at SentencePiece's word starts; EOS a word of its
+        own): ``log_prob`` (a word's: the sum of its pieces', the log-probability of the whole word) and
+        ``entropy`` (a word's: the mean of its pieces'). None unless translated with confidence=True."""
+        if self.token_log_probs is None or self.token_entropy is None:
+            return None
+        from ..alignment.matrices import word_spans, words_from_pieces
+
+        tokens = [{"piece": piece, "log_prob": lp, "entropy": h}
+                  for piece, lp, h in zip(self.tgt_pieces, self.token_log_probs, self.token_entropy)]
+        words = [{"word": word, "log_prob": sum(self.token_log_probs[start:end]),
+                  "entropy": sum(self.token_entropy[start:end]) / (end - start)}
+                 for word, (start, end) in zip(words_from_pieces(self.tgt_pieces), word_spans(self.tgt_pieces))]
+        return {"tokens": tokens, "words": words}
 
     def alignment_record(self, index: int, layer: int | str = AlignConfig.layer,
                          heads: str | list[int] = AlignConfig.heads, include_eos: bool = AlignConfig.include_eos,
@@ -199,6 +219,7 @@ class Translator:
         top_p: float = DecodeConfig.top_p,
         temperature: float = DecodeConfig.temperature,
         seed: int | None = DecodeConfig.seed,
+        confidence: bool = False,
     ) -> list[Translation]:
         """Translate ``sentences`` (a list of strings, one sentence each); the result is in input
         order. The defaults are ``seq2seq translate``'s (``DecodeConfig``: beam 5). ``batch_size``
@@ -211,7 +232,11 @@ class Translator:
         log-probability of the sample. Sentence i of the input draws from its own random streams,
         seeded by (``seed``, ``first_line`` - 1 + i): the same seed gives the same samples for the
         same input position whatever the batch size or the rest of the input (to floating-point
-        rounding; ``seed`` None: fresh samples every call)."""
+        rounding; ``seed`` None: fresh samples every call).
+
+        ``confidence=True`` adds each output's per-token log-probabilities and entropies
+        (``Translation.token_log_probs``, ``token_entropy``, ``confidence()``): one more teacher-forced
+        pass over the outputs."""
         if isinstance(sentences, (str, bytes)):
             raise UserError("Translator.translate takes a list of sentences, got one string; "
                             "use translate([text]) (a string would be read as one sentence per character)")
@@ -246,6 +271,8 @@ class Translator:
             )
             members = (self.model.attach_member_attention(src, src_mask, hypotheses)
                        if ensemble and need_attention else [None] * len(batch))
+            if confidence:
+                attach_confidence(self.model, src, src_mask, hypotheses)
             for i, hyps, member_attention in zip(batch, hypotheses, members):
                 results[i] = self._to_translation(sentences[i], encoded[i], hyps, member_attention)
         return results  # type: ignore[return-value]
@@ -269,11 +296,14 @@ class Translator:
         for j, hyp in enumerate(hyps):
             attention = hyp.attention.float().cpu().numpy() if hyp.attention is not None else None
             members = None if member_attention is None else [a.float().cpu().numpy() for a in member_attention[j]]
+            log_probs, entropy = (None, None) if hyp.confidence is None else (
+                [float(x) for x in hyp.confidence[0].cpu()], [float(x) for x in hyp.confidence[1].cpu()])
             alternatives.append(Translation(
                 source=source, text=self.tokenizer.decode(hyp.tokens), tokens=list(hyp.tokens),
                 score=float(hyp.score), log_prob=float(hyp.log_prob), src_pieces=src_pieces,
                 tgt_pieces=self.tokenizer.pieces(list(hyp.tokens) + [EOS_ID]), attention=attention,
-                src_tokens=list(src_ids), member_attention=members,
+                src_tokens=list(src_ids), member_attention=members, token_log_probs=log_probs,
+                token_entropy=entropy,
             ))
         best = alternatives[0]
         best.alternatives = alternatives

@@ -19,6 +19,7 @@ own attention, matrices and links.
 """
 from __future__ import annotations
 
+import json
 import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ class TranslateJob:
     plot_dir: str | None = None
     html: str | None = None
     max_plots: int = 100
+    output_format: str = "text"  # "jsonl": one JSON object per input with per-token confidence
     align: AlignConfig = field(default_factory=AlignConfig)
     attribution: AttributionConfig = field(default_factory=AttributionConfig)
 
@@ -97,9 +99,12 @@ def translate_stream(job: TranslateJob) -> int:
                 chunk, beam_size=decode.beam_size, length_penalty=decode.length_penalty, n_best=decode.n_best,
                 batch_size=batch_size, max_output_ratio=decode.max_output_ratio, need_attention=job.need_attention,
                 first_line=done + 1, sample=decode.sample, top_k=decode.top_k, top_p=decode.top_p,
-                temperature=decode.temperature, seed=decode.seed,
+                temperature=decode.temperature, seed=decode.seed, confidence=job.output_format == "jsonl",
             )
-            _write_results(out, results, done, decode.n_best)
+            if job.output_format == "jsonl":
+                _write_jsonl(out, results, done)
+            else:
+                _write_results(out, results, done, decode.n_best)
             if sink is not None:
                 sink.add(results, first_index=done)
             if references is not None:
@@ -140,6 +145,22 @@ def _write_results(out, results: list[Translation], offset: int, n_best: int) ->
         else:
             for alt in result.alternatives or [result]:
                 out.write(f"{offset + i} ||| {alt.text} ||| {alt.score:.4f}\n")
+    out.flush()
+
+
+def _write_jsonl(out, results: list[Translation], offset: int) -> None:
+    """``--output-format jsonl``: per input line one object: its index, source, best translation with
+    score, log_prob and per-token / per-word confidence (``Translation.confidence``), and with
+    ``--n-best`` the whole list best first (docs/formats.md)."""
+    def hypothesis(t: Translation) -> dict:
+        return {"translation": t.text, "score": t.score, "log_prob": t.log_prob,
+                **(t.confidence() or {"tokens": [], "words": []})}
+
+    for i, result in enumerate(results):
+        record = {"index": offset + i, "source": result.source, **hypothesis(result)}
+        if len(result.alternatives) > 1:
+            record["n_best"] = [hypothesis(t) for t in result.alternatives]
+        out.write(json.dumps(record, ensure_ascii=False) + "\n")
     out.flush()
 
 
