@@ -51,6 +51,10 @@ def parse_args(argv: list[str] | None):
                         "(CPU only): quantized linear layers. Outputs may differ slightly from fp32; "
                         "measured speeds: docs/performance.md")
     p.add_argument("--reference", help="reference file: print sacrebleu BLEU and chrF with signatures")
+    p.add_argument("--prefix", metavar="FILE",
+                   help="target prefixes, one per input line (an empty line: none): each translation starts with "
+                        "its prefix verbatim, the search continues from there; a prefix not ending in a space "
+                        "may end inside a word, which the search completes")
     p.add_argument("--output-format", choices=("text", "jsonl"), default="text",
                    help="text: one translation per line (with --n-best: 'index ||| translation ||| score'); "
                         "jsonl: one JSON object per input with score, log_prob and each target piece's and "
@@ -112,4 +116,4 @@ def job_from_args(args: argparse.Namespace) -> TranslateJob:
         decode=decode_config(args), device=args.device, precision=args.precision, shortlist=args.shortlist,
         shortlist_sizes=tuple(args.shortlist_sizes) if args.shortlist_sizes else None, alignments=args.alignments,
         plot_dir=args.plot_dir, html=args.html, max_plots=args.max_plots, align=align, attribution=attribution,
-        output_format=args.output_format)
+        output_format=args.output_format, prefix=args.prefix)

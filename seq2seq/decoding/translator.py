@@ -32,6 +32,7 @@ from ..runtime import LOGGER, allow_tf32, precision_warning, resolve_device
 from .scoring import pad_ids
 from .shortlist import FILE_NAME, Shortlist
 from .ensemble import EnsembleModel
+from .prefix import Prefixes, PrefixSpeller
 from .search import Sampling, attach_confidence, translate_batch
 from ..tokenizer import EOS_ID, PAD_ID, Tokenizer
 
@@ -129,6 +130,7 @@ class Translator:
         self.max_input_tokens = max_input_tokens
         self.shortlist = shortlist
         self.checkpoints = [str(c) for c in checkpoints]  # where the model (ensemble members) came from
+        self._speller: PrefixSpeller | None = None  # built on the first call with prefixes
 
     @classmethod
     def from_checkpoint(cls, path: str | Path | Sequence[str | Path], device: str = "auto",
@@ -220,6 +222,7 @@ class Translator:
         temperature: float = DecodeConfig.temperature,
         seed: int | None = DecodeConfig.seed,
         confidence: bool = False,
+        prefix: Sequence[str] | None = None,
     ) -> list[Translation]:
         """Translate ``sentences`` (a list of strings, one sentence each); the result is in input
         order. The defaults are ``seq2seq translate``'s (``DecodeConfig``: beam 5). ``batch_size``
@@ -236,7 +239,13 @@ class Translator:
 
         ``confidence=True`` adds each output's per-token log-probabilities and entropies
         (``Translation.token_log_probs``, ``token_entropy``, ``confidence()``): one more teacher-forced
-        pass over the outputs."""
+        pass over the outputs.
+
+        ``prefix`` (one string per sentence, "" = none) forces each output to start with that text
+        (greedy, beam, sampling and ensembles alike; ``seq2seq.decoding.prefix``): the search goes
+        through the prefix's pieces and continues from there; a prefix not ending in whitespace may
+        end inside a word, which the search completes. The prefix's tokens are part of the output
+        (its attention, its log-probability). An empty input still gives an empty output."""
         if isinstance(sentences, (str, bytes)):
             raise UserError("Translator.translate takes a list of sentences, got one string; "
                             "use translate([text]) (a string would be read as one sentence per character)")
@@ -249,6 +258,7 @@ class Translator:
         if batch_size < 1:
             raise UserError(f"--batch-size must be positive, got {batch_size}")
         encoded = [self._encode(text, line) for line, text in enumerate(sentences, start=first_line)]
+        steps = self._prefix_steps(prefix, len(sentences), first_line)
         results: list[Translation | None] = [None] * len(sentences)
         order = sorted((i for i, ids in enumerate(encoded) if ids), key=lambda i: -len(encoded[i]))
         for i, text in enumerate(sentences):
@@ -264,10 +274,14 @@ class Translator:
             src = pad_ids([encoded[i] for i in batch], self.device)  # (batch, src_len)
             src_mask = src != PAD_ID
             vocabulary = None if self.shortlist is None else self.shortlist.vocabulary(src, src_mask)
+            prefixes = None if steps is None else Prefixes([steps[i] for i in batch], self.tokenizer.vocab_size)
+            if prefixes is not None and vocabulary is not None:  # a shortlist keeps the prefix's tokens
+                vocabulary = torch.unique(torch.cat([vocabulary, prefixes.token_ids().to(vocabulary.device)]))
             hypotheses = translate_batch(
                 self.model, src, src_mask, beam_size=beam_size, length_penalty=length_penalty,
                 n_best=n_best, max_len_ratio=max_output_ratio, need_attention=need_attention and not ensemble,
                 vocabulary=vocabulary, sampling=sampling, sentence_ids=[first_line - 1 + i for i in batch],
+                prefixes=prefixes,
             )
             members = (self.model.attach_member_attention(src, src_mask, hypotheses)
                        if ensemble and need_attention else [None] * len(batch))
@@ -276,6 +290,23 @@ class Translator:
             for i, hyps, member_attention in zip(batch, hypotheses, members):
                 results[i] = self._to_translation(sentences[i], encoded[i], hyps, member_attention)
         return results  # type: ignore[return-value]
+
+    def _prefix_steps(self, prefix: Sequence[str] | None, count: int, first_line: int) -> list | None:
+        """Each sentence's allowed tokens per step (``PrefixSpeller``), or None without prefixes."""
+        if prefix is None:
+            return None
+        if isinstance(prefix, (str, bytes)) or len(prefix) != count:
+            given = "one string" if isinstance(prefix, (str, bytes)) else f"{len(prefix)} prefixes"
+            raise UserError(f"--prefix: {given} for {count} sentences; give one prefix per sentence (\"\" = none)")
+        if self._speller is None:
+            self._speller = PrefixSpeller(self.tokenizer)
+        steps = [self._speller.steps(text) for text in prefix]
+        bound = getattr(self.model, "max_positions", None)
+        for line, sentence_steps in enumerate(steps, start=first_line):
+            if bound is not None and len(sentence_steps) > bound - 1:
+                raise UserError(f"--prefix line {line} has {len(sentence_steps)} pieces; this model (learned "
+                                f"positions) produces at most {bound - 1}: shorten the prefix")
+        return steps
 
     def _encode(self, text: str, line: int) -> list[int]:
         text = text.strip()

@@ -53,6 +53,7 @@ class TranslateJob:
     input: str | None = "-"
     output: str | None = "-"
     reference: str | None = None  # print BLEU and chrF against this file
+    prefix: str | None = None  # one target prefix per input line ("" = none): outputs start with it
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     device: str = "auto"
     precision: str = "fp32"
@@ -83,6 +84,7 @@ def translate_stream(job: TranslateJob) -> int:
             raise UserError("--shortlist-sizes needs --shortlist")
         translator.shortlist = translator.shortlist.with_sizes(*job.shortlist_sizes)
     references = read_lines(job.reference, "--reference") if job.reference else None
+    prefixes = read_lines(job.prefix, "--prefix") if job.prefix else None
     interactive = job.input in (None, "-") and sys.stdin.isatty()
     if decode.batch_size is None:
         batch_size = default_batch_size(decode.beam_size, decode.sample, decode.n_best)
@@ -95,8 +97,12 @@ def translate_stream(job: TranslateJob) -> int:
         out = stack.enter_context(atomic_output(job.output))
         sink = stack.enter_context(_alignment_sink(job, translator)) if job.need_attention else None
         for chunk in chunks(iter_lines(job.input, "--input"), chunk_size):
+            if prefixes is not None and done + len(chunk) > len(prefixes):
+                raise UserError(f"--prefix {job.prefix} has {len(prefixes)} lines but the input {_name(job.input)} "
+                                "has more; give one prefix per input line (an empty line: none)")
             results = translator.translate(
                 chunk, beam_size=decode.beam_size, length_penalty=decode.length_penalty, n_best=decode.n_best,
+                prefix=None if prefixes is None else prefixes[done:done + len(chunk)],
                 batch_size=batch_size, max_output_ratio=decode.max_output_ratio, need_attention=job.need_attention,
                 first_line=done + 1, sample=decode.sample, top_k=decode.top_k, top_p=decode.top_p,
                 temperature=decode.temperature, seed=decode.seed, confidence=job.output_format == "jsonl",
@@ -110,9 +116,16 @@ def translate_stream(job: TranslateJob) -> int:
             if references is not None:
                 texts.extend(r.text for r in results)
             done += len(results)
+        if prefixes is not None and done != len(prefixes):  # inside the block: nothing is written
+            raise UserError(f"--prefix {job.prefix} has {len(prefixes)} lines but the input {_name(job.input)} "
+                            f"has {done}; give one prefix per input line (an empty line: none)")
     if references is not None:
         _print_scores(texts, references, job)
     return done
+
+
+def _name(path: str | None) -> str:
+    return "(standard input)" if path in (None, "-") else str(path)
 
 
 def _check_attribution(job: TranslateJob) -> None:

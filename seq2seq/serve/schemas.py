@@ -31,6 +31,9 @@ class TranslateRequest(BaseModel):
     attention: bool = Field(False, description="add the raw attention array (layers, heads, target, source)")
     confidence: bool = Field(False, description="add each target piece's and word's log-probability and the "
                                                 "entropy of the model's distribution there")
+    prefixes: list[str] | None = Field(None, description="one target prefix per sentence (\"\" = none): each "
+                                                         "translation starts with it; one not ending in a space "
+                                                         "may end inside a word, which the search completes")
 
 
 class Alignment(BaseModel):
