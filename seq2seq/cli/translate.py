@@ -51,6 +51,14 @@ def parse_args(argv: list[str] | None):
                         "(CPU only): quantized linear layers. Outputs may differ slightly from fp32; "
                         "measured speeds: docs/performance.md")
     p.add_argument("--reference", help="reference file: print sacrebleu BLEU and chrF with signatures")
+    p.add_argument("--prefix", metavar="FILE",
+                   help="target prefixes, one per input line (an empty line: none): each translation starts with "
+                        "its prefix verbatim, the search continues from there; a prefix not ending in a space "
+                        "may end inside a word, which the search completes")
+    p.add_argument("--output-format", choices=("text", "jsonl"), default="text",
+                   help="text: one translation per line (with --n-best: 'index ||| translation ||| score'); "
+                        "jsonl: one JSON object per input with score, log_prob and each target piece's and "
+                        "word's log-probability and entropy (how sure the model was; docs/formats.md)")
     a = p.add_argument_group(
         "alignments and attribution",
         "Attention is exported per sentence as the raw (layers, heads, tgt+1, src+1) array and as one "
@@ -107,4 +115,5 @@ def job_from_args(args: argparse.Namespace) -> TranslateJob:
         checkpoints=list(args.checkpoint), input=args.input, output=args.output, reference=args.reference,
         decode=decode_config(args), device=args.device, precision=args.precision, shortlist=args.shortlist,
         shortlist_sizes=tuple(args.shortlist_sizes) if args.shortlist_sizes else None, alignments=args.alignments,
-        plot_dir=args.plot_dir, html=args.html, max_plots=args.max_plots, align=align, attribution=attribution)
+        plot_dir=args.plot_dir, html=args.html, max_plots=args.max_plots, align=align, attribution=attribution,
+        output_format=args.output_format, prefix=args.prefix)

@@ -76,6 +76,20 @@ def forced_pass(model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor
     return scores, [attention[row, :, :, :n][..., src_mask[row]] for row, n in enumerate(lengths)]
 
 
+def forced_confidence(model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor,
+                      targets: Sequence[Sequence[int]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """How sure the model is of each token of given outputs: per target row, log p(y_t | y_<t, x) of
+    its T tokens and EOS (T+1,) and the entropy of the model's whole distribution at those steps,
+    H_t = -sum_v p_t(v) log p_t(v) in nats (T+1,) (0: certain; log V: uniform). Under the full
+    vocabulary, whatever shortlist the search used. One teacher-forced pass; the caller sets eval mode."""
+    tgt_in, tgt_out = target_tensors(targets, src.device)
+    logits, _ = model(src, src_mask, tgt_in, need_attention=False)
+    log_p = logits.float().log_softmax(-1)  # (B, T+1, V)
+    chosen = log_p.gather(2, tgt_out.unsqueeze(2)).squeeze(2)  # (B, T+1)
+    entropy = -(log_p.exp() * log_p).sum(-1)  # (B, T+1)
+    return [(chosen[row, :len(t) + 1], entropy[row, :len(t) + 1]) for row, t in enumerate(targets)]
+
+
 def teacher_force(model: EncoderDecoder, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
                   need_attention: bool = False, batch_size: int = 64,
                   need_scores: bool = True) -> tuple[list[np.ndarray] | None, list[np.ndarray] | None]:

@@ -32,7 +32,8 @@ from ..config import check_decoding
 from ..errors import UserError
 from ..models.base import EncoderDecoder, select_batch
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
-from .scoring import eval_mode, forced_pass
+from .prefix import Prefixes
+from .scoring import eval_mode, forced_confidence, forced_pass
 
 
 @dataclass
@@ -46,6 +47,8 @@ class Hypothesis:
     score: float
     log_prob: float
     attention: torch.Tensor | None = None
+    #: (log p, entropy) of each token and EOS under the model (``attach_confidence``), when asked for
+    confidence: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 def length_penalty_gnmt(length: int, alpha: float) -> float:
@@ -53,13 +56,17 @@ def length_penalty_gnmt(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def max_lengths(model: EncoderDecoder, src_mask: torch.Tensor, ratio: float, offset: int) -> torch.Tensor:
-    """Per-sentence bound on output tokens (EOS excluded): ceil(src_len * ratio) + offset, (batch,)."""
+def max_lengths(model: EncoderDecoder, src_mask: torch.Tensor, ratio: float, offset: int,
+                prefixes: Prefixes | None = None) -> torch.Tensor:
+    """Per-sentence bound on output tokens (EOS excluded): ceil(src_len * ratio) + offset, (batch,),
+    and never shorter than the sentence's target prefix (its constrained steps)."""
     src_len = src_mask.sum(1).double()
     limit = torch.ceil(src_len * ratio).long() + offset
     max_positions = getattr(model, "max_positions", None)  # learned positions: BOS + tokens must fit
     if max_positions is not None:
         limit = limit.clamp(max=max_positions - 1)
+    if prefixes is not None:
+        limit = torch.maximum(limit, prefixes.lengths(limit.device))
     return limit.clamp(min=0)
 
 
@@ -99,15 +106,19 @@ class OutputVocabulary:
             self.eos, self.weight = int(eos[0, 0]), model.output_rows(ids)
             self.banned = ((ids == PAD_ID) | (ids == BOS_ID)).nonzero().squeeze(1).tolist()
 
-    def log_probs(self, logits: torch.Tensor, force_eos: torch.Tensor) -> torch.Tensor:
+    def log_probs(self, logits: torch.Tensor, force_eos: torch.Tensor,
+                  allowed: torch.Tensor | None = None) -> torch.Tensor:
         """logits (rows, V) -> log p = log_softmax(z) (rows, V) (over the subset, when there is
         one), with the tokens that may not come next at -inf: PAD and BOS always, every token but
-        EOS where ``force_eos`` (one flag per row) holds. Masking comes after the normalisation, so
+        EOS where ``force_eos`` (one flag per row) holds, and with ``allowed`` (rows, all token ids) bool
+        (a target prefix: ``Prefixes``) every token it excludes. Masking comes after the normalisation, so
         a chosen token's log-probability is the model's own. (One fused log_softmax pass costs
         less than ``logsumexp`` alone on CPU.)"""
         log_p = torch.log_softmax(logits.float(), -1)  # (rows, V)
         for column in self.banned:
             log_p[:, column] = float("-inf")
+        if allowed is not None:
+            log_p = log_p.masked_fill(~(allowed if self.ids is None else allowed[:, self.ids]), float("-inf"))
         only_eos(log_p, force_eos, self.eos, sync_free=log_p.device.type != "cpu")
         return log_p
 
@@ -115,13 +126,13 @@ class OutputVocabulary:
         """Columns of ``log_probs`` -> token ids."""
         return columns if self.ids is None else self.ids[columns]
 
-    def best_tokens(self, logits: torch.Tensor, force_eos: torch.Tensor,
-                    count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def best_tokens(self, logits: torch.Tensor, force_eos: torch.Tensor, count: int,
+                    allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``count`` most probable next tokens of every row and their log-probabilities.
 
         logits (rows, V) -> log p (rows, count), token ids (rows, count), best first (``log_probs``:
         PAD and BOS never, only EOS where ``force_eos``)."""
-        log_p = self.log_probs(logits, force_eos)  # (rows, V)
+        log_p = self.log_probs(logits, force_eos, allowed)  # (rows, V)
         if count == 1:
             best, column = log_p.max(-1, keepdim=True)
         else:
@@ -129,12 +140,12 @@ class OutputVocabulary:
         return best, self.token_ids(column)
 
     def sampled_tokens(self, logits: torch.Tensor, force_eos: torch.Tensor, sampling: "Sampling",
-                       uniform: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                       uniform: torch.Tensor, allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """One token per row drawn by ``sampling`` with the uniform numbers ``uniform`` (rows,) ->
         log p (rows, 1), token ids (rows, 1), where log p is the model's own log-probability of
         the token (``log_probs``: temperature 1, before top-k / top-p), not that of the reshaped
         distribution it was drawn from."""
-        log_p = self.log_probs(logits, force_eos)  # (rows, V)
+        log_p = self.log_probs(logits, force_eos, allowed)  # (rows, V)
         column = sampling.choose(log_p, uniform)  # (rows, 1)
         return log_p.gather(1, column), self.token_ids(column)
 
@@ -221,10 +232,13 @@ def greedy_search(
     max_len_offset: int = 10,
     need_attention: bool = True,
     vocabulary: torch.Tensor | None = None,
+    prefixes: Prefixes | None = None,
 ) -> list[list[Hypothesis]]:
     """Most probable next token at every step; one hypothesis per sentence. ``vocabulary``: the
-    token ids it may produce (see ``OutputVocabulary``), default all."""
-    return _token_by_token(model, src, src_mask, max_len_ratio, max_len_offset, need_attention, vocabulary)
+    token ids it may produce (see ``OutputVocabulary``), default all; ``prefixes``: target prefixes
+    each output must start with."""
+    return _token_by_token(model, src, src_mask, max_len_ratio, max_len_offset, need_attention, vocabulary,
+                           prefixes=prefixes)
 
 
 def sample_search(
@@ -238,6 +252,7 @@ def sample_search(
     max_len_offset: int = 10,
     need_attention: bool = True,
     vocabulary: torch.Tensor | None = None,
+    prefixes: Prefixes | None = None,
 ) -> list[list[Hypothesis]]:
     """``n_samples`` independent samples per sentence (``Sampling``: temperature, top-k, top-p),
     most probable first; duplicates are kept (they are independent draws). Decoding is greedy
@@ -257,18 +272,18 @@ def sample_search(
     if len(ids) != src.size(0):
         raise ValueError(f"sample_search: {len(ids)} sentence ids for {src.size(0)} sentences")
     return _token_by_token(model, src, src_mask, max_len_ratio, max_len_offset, need_attention, vocabulary,
-                           sampling, n_samples, ids)
+                           sampling, n_samples, ids, prefixes)
 
 
 def _token_by_token(model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor, max_len_ratio: float,
                     max_len_offset: int, need_attention: bool, vocabulary: torch.Tensor | None,
                     sampling: Sampling | None = None, copies: int = 1,
-                    sentence_ids: Sequence[int] = ()) -> list[list[Hypothesis]]:
+                    sentence_ids: Sequence[int] = (), prefixes: Prefixes | None = None) -> list[list[Hypothesis]]:
     """Greedy search (``sampling`` None) or sampling (``copies`` samples per sentence): one token
     per row and step, finished rows leave the active batch."""
     with eval_mode(model, inference=True):
         output = OutputVocabulary(model, vocabulary)
-        limit = max_lengths(model, src_mask, max_len_ratio, max_len_offset)  # (B,)
+        limit = max_lengths(model, src_mask, max_len_ratio, max_len_offset, prefixes)  # (B,)
         memory = model.encode(src, src_mask)
         if copies > 1:  # row i * copies + j is sample j of sentence i
             expand = torch.arange(src.size(0), device=src.device).repeat_interleave(copies)
@@ -285,10 +300,12 @@ def _token_by_token(model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Te
         for t in range(out.size(1)):
             logits, state, _ = model.decode_step(memory, state, tokens, need_attention=False,
                                                  output_weight=output.weight)
+            allowed = None if prefixes is None or t >= prefixes.longest else prefixes.allowed(
+                t, (rows // copies).tolist(), src.device)
             if sampling is None:
-                logp, tokens = output.best_tokens(logits, t >= limit[rows], 1)  # (active, 1) each
+                logp, tokens = output.best_tokens(logits, t >= limit[rows], 1, allowed)  # (active, 1) each
             else:
-                logp, tokens = output.sampled_tokens(logits, t >= limit[rows], sampling, uniform[rows, t])
+                logp, tokens = output.sampled_tokens(logits, t >= limit[rows], sampling, uniform[rows, t], allowed)
             tokens = tokens.squeeze(1).masked_fill(ended, PAD_ID)  # an ended row keeps its output
             log_prob[rows] += logp.squeeze(1).masked_fill(ended, 0.0)
             out[rows, t] = tokens
@@ -322,6 +339,7 @@ def beam_search(
     max_len_offset: int = 10,
     need_attention: bool = True,
     vocabulary: torch.Tensor | None = None,
+    prefixes: Prefixes | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search batched over sentences x beams; ``n_best`` hypotheses per sentence, best first.
 
@@ -333,8 +351,8 @@ def beam_search(
         raise UserError(f"need 1 <= --n-best ({n_best}) <= --beam-size ({beam_size})")
     with eval_mode(model, inference=True):
         beams = _Beams(model, src, src_mask, beam_size, length_penalty,
-                       max_lengths(model, src_mask, max_len_ratio, max_len_offset),
-                       OutputVocabulary(model, vocabulary))
+                       max_lengths(model, src_mask, max_len_ratio, max_len_offset, prefixes),
+                       OutputVocabulary(model, vocabulary), prefixes)
         for t in range(int(beams.limit.max()) + 1):
             if not beams.advance(t):
                 break
@@ -349,9 +367,10 @@ class _Beams:
     sentence n; the encoder memory has one row per sentence, shared by its k beams."""
 
     def __init__(self, model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor, k: int,
-                 alpha: float, limit: torch.Tensor, output: OutputVocabulary) -> None:
+                 alpha: float, limit: torch.Tensor, output: OutputVocabulary, prefixes: Prefixes | None = None) -> None:
         batch, device = src.size(0), src.device
         self.model, self.k, self.alpha, self.limit, self.output = model, k, alpha, limit, output
+        self.prefixes = prefixes
         self.memory = model.encode(src, src_mask)  # one row per sentence, read by all its beams
         self.expand = torch.arange(batch, device=device).repeat_interleave(k)  # (batch * k,)
         self.first_state: dict | None = model.init_state(self.memory)  # one row per sentence
@@ -375,7 +394,9 @@ class _Beams:
             logits, self.state, self.first_state = logits[self.expand], select_batch(self.state, self.expand), None
         # the 2k best continuations of a sentence are among the 2k best of each of its beams
         force_eos = (t >= self.limit[self.rows]).repeat_interleave(k)  # (n * k,)
-        logp, tokens = self.output.best_tokens(logits, force_eos, 2 * k)  # (n * k, m), m = min(2k, V)
+        allowed = None if self.prefixes is None or t >= self.prefixes.longest else self.prefixes.allowed(
+            t, [sentence for sentence in self.host_rows for _ in range(k)], logits.device)
+        logp, tokens = self.output.best_tokens(logits, force_eos, 2 * k, allowed)  # (n * k, m), m = min(2k, V)
         m = logp.size(1)
         total = (self.scores.unsqueeze(2) + logp.view(n, k, m)).view(n, k * m)
         top, index = total.topk(min(2 * k, k * m))  # (n, 2k)
@@ -435,6 +456,20 @@ def attach_attention(model: EncoderDecoder, src: torch.Tensor, src_mask: torch.T
         h.attention = weights
 
 
+def attach_confidence(model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor,
+                      hyps: list[list[Hypothesis]]) -> None:
+    """Fill ``h.confidence`` (log p and entropy per output token and EOS) by teacher-forcing the
+    outputs (``scoring.forced_confidence``: one batch for all hypotheses)."""
+    flat = [(i, h) for i, sentence in enumerate(hyps) for h in sentence]
+    if not flat:
+        return
+    index = torch.tensor([i for i, _ in flat], device=src.device)
+    with eval_mode(model, inference=True):
+        confidence = forced_confidence(model, src[index], src_mask[index], [h.tokens for _, h in flat])
+    for (_, h), pair in zip(flat, confidence):
+        h.confidence = pair
+
+
 def translate_batch(
     model: EncoderDecoder,
     src: torch.Tensor,
@@ -448,20 +483,23 @@ def translate_batch(
     vocabulary: torch.Tensor | None = None,
     sampling: Sampling | None = None,
     sentence_ids: Sequence[int] | None = None,
+    prefixes: Prefixes | None = None,
 ) -> list[list[Hypothesis]]:
     """Greedy search for ``beam_size == 1``, beam search otherwise, or with ``sampling``
     ``n_best`` samples per sentence (``sample_search``; ``beam_size`` must be 1, ``sentence_ids``
     name the sentences' random streams); ``vocabulary`` restricts the tokens any of them may
-    produce (``OutputVocabulary``; e.g. ``Shortlist.vocabulary(src, src_mask)``)."""
+    produce (``OutputVocabulary``; e.g. ``Shortlist.vocabulary(src, src_mask)``); ``prefixes`` force
+    each output through its sentence's target prefix (``Prefixes``)."""
     if beam_size < 1:
         raise UserError(f"--beam-size must be >= 1, got {beam_size}")
     if sampling is not None:
         check_decoding(beam_size, n_best, True, sampling.top_k, sampling.top_p, sampling.temperature)
         return sample_search(model, src, src_mask, sampling, n_best, sentence_ids, max_len_ratio, max_len_offset,
-                             need_attention, vocabulary)
+                             need_attention, vocabulary, prefixes)
     if beam_size == 1:
         if n_best != 1:
             raise UserError(f"need 1 <= --n-best ({n_best}) <= --beam-size ({beam_size})")
-        return greedy_search(model, src, src_mask, max_len_ratio, max_len_offset, need_attention, vocabulary)
+        return greedy_search(model, src, src_mask, max_len_ratio, max_len_offset, need_attention, vocabulary,
+                             prefixes)
     return beam_search(model, src, src_mask, beam_size, length_penalty, n_best, max_len_ratio,
-                       max_len_offset, need_attention, vocabulary)
+                       max_len_offset, need_attention, vocabulary, prefixes)

@@ -19,7 +19,7 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -32,7 +32,8 @@ from ..runtime import LOGGER, allow_tf32, precision_warning, resolve_device
 from .scoring import pad_ids
 from .shortlist import FILE_NAME, Shortlist
 from .ensemble import EnsembleModel
-from .search import Sampling, translate_batch
+from .prefix import Prefixes, PrefixSpeller
+from .search import Sampling, attach_confidence, translate_batch
 from ..tokenizer import EOS_ID, PAD_ID, Tokenizer
 
 
@@ -71,6 +72,11 @@ class Translation:
     #: ensembles: every member's attention (L_m, H_m, len(tgt_pieces), len(src_pieces)), the first
     #: checkpoint's first (``attention`` is that one); None for one model
     member_attention: list[np.ndarray] | None = None
+    #: with ``translate(..., confidence=True)``: log p(y_t | y_<t, x) of each target piece and EOS
+    #: (aligned with ``tgt_pieces``; they sum to ``log_prob`` when the search used the whole
+    #: vocabulary) and the entropy in nats of the model's distribution at that step
+    token_log_probs: list[float] | None = None
+    token_entropy: list[float] | None = None
 
     @property
     def alignment(self) -> np.ndarray | None:
@@ -81,6 +87,21 @@ class Translation:
         from ..alignment.matrices import aggregate
 
         return aggregate(self.attention)
+
+    def confidence(self) -> dict[str, list[dict[str, Any]]] | None:
+        """Per target piece and per word (pieces joined at SentencePiece's word starts; EOS a word of its
+        own): ``log_prob`` (a word's: the sum of its pieces', the log-probability of the whole word) and
+        ``entropy`` (a word's: the mean of its pieces'). None unless translated with confidence=True."""
+        if self.token_log_probs is None or self.token_entropy is None:
+            return None
+        from ..alignment.matrices import word_spans, words_from_pieces
+
+        tokens = [{"piece": piece, "log_prob": lp, "entropy": h}
+                  for piece, lp, h in zip(self.tgt_pieces, self.token_log_probs, self.token_entropy)]
+        words = [{"word": word, "log_prob": sum(self.token_log_probs[start:end]),
+                  "entropy": sum(self.token_entropy[start:end]) / (end - start)}
+                 for word, (start, end) in zip(words_from_pieces(self.tgt_pieces), word_spans(self.tgt_pieces))]
+        return {"tokens": tokens, "words": words}
 
     def alignment_record(self, index: int, layer: int | str = AlignConfig.layer,
                          heads: str | list[int] = AlignConfig.heads, include_eos: bool = AlignConfig.include_eos,
@@ -109,6 +130,7 @@ class Translator:
         self.max_input_tokens = max_input_tokens
         self.shortlist = shortlist
         self.checkpoints = [str(c) for c in checkpoints]  # where the model (ensemble members) came from
+        self._speller: PrefixSpeller | None = None  # built on the first call with prefixes
 
     @classmethod
     def from_checkpoint(cls, path: str | Path | Sequence[str | Path], device: str = "auto",
@@ -199,6 +221,8 @@ class Translator:
         top_p: float = DecodeConfig.top_p,
         temperature: float = DecodeConfig.temperature,
         seed: int | None = DecodeConfig.seed,
+        confidence: bool = False,
+        prefix: Sequence[str] | None = None,
     ) -> list[Translation]:
         """Translate ``sentences`` (a list of strings, one sentence each); the result is in input
         order. The defaults are ``seq2seq translate``'s (``DecodeConfig``: beam 5). ``batch_size``
@@ -211,7 +235,17 @@ class Translator:
         log-probability of the sample. Sentence i of the input draws from its own random streams,
         seeded by (``seed``, ``first_line`` - 1 + i): the same seed gives the same samples for the
         same input position whatever the batch size or the rest of the input (to floating-point
-        rounding; ``seed`` None: fresh samples every call)."""
+        rounding; ``seed`` None: fresh samples every call).
+
+        ``confidence=True`` adds each output's per-token log-probabilities and entropies
+        (``Translation.token_log_probs``, ``token_entropy``, ``confidence()``): one more teacher-forced
+        pass over the outputs.
+
+        ``prefix`` (one string per sentence, "" = none) forces each output to start with that text
+        (greedy, beam, sampling and ensembles alike; ``seq2seq.decoding.prefix``): the search goes
+        through the prefix's pieces and continues from there; a prefix not ending in whitespace may
+        end inside a word, which the search completes. The prefix's tokens are part of the output
+        (its attention, its log-probability). An empty input still gives an empty output."""
         if isinstance(sentences, (str, bytes)):
             raise UserError("Translator.translate takes a list of sentences, got one string; "
                             "use translate([text]) (a string would be read as one sentence per character)")
@@ -224,6 +258,7 @@ class Translator:
         if batch_size < 1:
             raise UserError(f"--batch-size must be positive, got {batch_size}")
         encoded = [self._encode(text, line) for line, text in enumerate(sentences, start=first_line)]
+        steps = self._prefix_steps(prefix, len(sentences), first_line)
         results: list[Translation | None] = [None] * len(sentences)
         order = sorted((i for i, ids in enumerate(encoded) if ids), key=lambda i: -len(encoded[i]))
         for i, text in enumerate(sentences):
@@ -239,16 +274,39 @@ class Translator:
             src = pad_ids([encoded[i] for i in batch], self.device)  # (batch, src_len)
             src_mask = src != PAD_ID
             vocabulary = None if self.shortlist is None else self.shortlist.vocabulary(src, src_mask)
+            prefixes = None if steps is None else Prefixes([steps[i] for i in batch], self.tokenizer.vocab_size)
+            if prefixes is not None and vocabulary is not None:  # a shortlist keeps the prefix's tokens
+                vocabulary = torch.unique(torch.cat([vocabulary, prefixes.token_ids().to(vocabulary.device)]))
             hypotheses = translate_batch(
                 self.model, src, src_mask, beam_size=beam_size, length_penalty=length_penalty,
                 n_best=n_best, max_len_ratio=max_output_ratio, need_attention=need_attention and not ensemble,
                 vocabulary=vocabulary, sampling=sampling, sentence_ids=[first_line - 1 + i for i in batch],
+                prefixes=prefixes,
             )
             members = (self.model.attach_member_attention(src, src_mask, hypotheses)
                        if ensemble and need_attention else [None] * len(batch))
+            if confidence:
+                attach_confidence(self.model, src, src_mask, hypotheses)
             for i, hyps, member_attention in zip(batch, hypotheses, members):
                 results[i] = self._to_translation(sentences[i], encoded[i], hyps, member_attention)
         return results  # type: ignore[return-value]
+
+    def _prefix_steps(self, prefix: Sequence[str] | None, count: int, first_line: int) -> list | None:
+        """Each sentence's allowed tokens per step (``PrefixSpeller``), or None without prefixes."""
+        if prefix is None:
+            return None
+        if isinstance(prefix, (str, bytes)) or len(prefix) != count:
+            given = "one string" if isinstance(prefix, (str, bytes)) else f"{len(prefix)} prefixes"
+            raise UserError(f"--prefix: {given} for {count} sentences; give one prefix per sentence (\"\" = none)")
+        if self._speller is None:
+            self._speller = PrefixSpeller(self.tokenizer)
+        steps = [self._speller.steps(text) for text in prefix]
+        bound = getattr(self.model, "max_positions", None)
+        for line, sentence_steps in enumerate(steps, start=first_line):
+            if bound is not None and len(sentence_steps) > bound - 1:
+                raise UserError(f"--prefix line {line} has {len(sentence_steps)} pieces; this model (learned "
+                                f"positions) produces at most {bound - 1}: shorten the prefix")
+        return steps
 
     def _encode(self, text: str, line: int) -> list[int]:
         text = text.strip()
@@ -269,11 +327,14 @@ class Translator:
         for j, hyp in enumerate(hyps):
             attention = hyp.attention.float().cpu().numpy() if hyp.attention is not None else None
             members = None if member_attention is None else [a.float().cpu().numpy() for a in member_attention[j]]
+            log_probs, entropy = (None, None) if hyp.confidence is None else (
+                [float(x) for x in hyp.confidence[0].cpu()], [float(x) for x in hyp.confidence[1].cpu()])
             alternatives.append(Translation(
                 source=source, text=self.tokenizer.decode(hyp.tokens), tokens=list(hyp.tokens),
                 score=float(hyp.score), log_prob=float(hyp.log_prob), src_pieces=src_pieces,
                 tgt_pieces=self.tokenizer.pieces(list(hyp.tokens) + [EOS_ID]), attention=attention,
-                src_tokens=list(src_ids), member_attention=members,
+                src_tokens=list(src_ids), member_attention=members, token_log_probs=log_probs,
+                token_entropy=entropy,
             ))
         best = alternatives[0]
         best.alternatives = alternatives

@@ -19,6 +19,7 @@ own attention, matrices and links.
 """
 from __future__ import annotations
 
+import json
 import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ class TranslateJob:
     input: str | None = "-"
     output: str | None = "-"
     reference: str | None = None  # print BLEU and chrF against this file
+    prefix: str | None = None  # one target prefix per input line ("" = none): outputs start with it
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     device: str = "auto"
     precision: str = "fp32"
@@ -61,6 +63,7 @@ class TranslateJob:
     plot_dir: str | None = None
     html: str | None = None
     max_plots: int = 100
+    output_format: str = "text"  # "jsonl": one JSON object per input with per-token confidence
     align: AlignConfig = field(default_factory=AlignConfig)
     attribution: AttributionConfig = field(default_factory=AttributionConfig)
 
@@ -81,6 +84,7 @@ def translate_stream(job: TranslateJob) -> int:
             raise UserError("--shortlist-sizes needs --shortlist")
         translator.shortlist = translator.shortlist.with_sizes(*job.shortlist_sizes)
     references = read_lines(job.reference, "--reference") if job.reference else None
+    prefixes = read_lines(job.prefix, "--prefix") if job.prefix else None
     interactive = job.input in (None, "-") and sys.stdin.isatty()
     if decode.batch_size is None:
         batch_size = default_batch_size(decode.beam_size, decode.sample, decode.n_best)
@@ -93,21 +97,35 @@ def translate_stream(job: TranslateJob) -> int:
         out = stack.enter_context(atomic_output(job.output))
         sink = stack.enter_context(_alignment_sink(job, translator)) if job.need_attention else None
         for chunk in chunks(iter_lines(job.input, "--input"), chunk_size):
+            if prefixes is not None and done + len(chunk) > len(prefixes):
+                raise UserError(f"--prefix {job.prefix} has {len(prefixes)} lines but the input {_name(job.input)} "
+                                "has more; give one prefix per input line (an empty line: none)")
             results = translator.translate(
                 chunk, beam_size=decode.beam_size, length_penalty=decode.length_penalty, n_best=decode.n_best,
+                prefix=None if prefixes is None else prefixes[done:done + len(chunk)],
                 batch_size=batch_size, max_output_ratio=decode.max_output_ratio, need_attention=job.need_attention,
                 first_line=done + 1, sample=decode.sample, top_k=decode.top_k, top_p=decode.top_p,
-                temperature=decode.temperature, seed=decode.seed,
+                temperature=decode.temperature, seed=decode.seed, confidence=job.output_format == "jsonl",
             )
-            _write_results(out, results, done, decode.n_best)
+            if job.output_format == "jsonl":
+                _write_jsonl(out, results, done)
+            else:
+                _write_results(out, results, done, decode.n_best)
             if sink is not None:
                 sink.add(results, first_index=done)
             if references is not None:
                 texts.extend(r.text for r in results)
             done += len(results)
+        if prefixes is not None and done != len(prefixes):  # inside the block: nothing is written
+            raise UserError(f"--prefix {job.prefix} has {len(prefixes)} lines but the input {_name(job.input)} "
+                            f"has {done}; give one prefix per input line (an empty line: none)")
     if references is not None:
         _print_scores(texts, references, job)
     return done
+
+
+def _name(path: str | None) -> str:
+    return "(standard input)" if path in (None, "-") else str(path)
 
 
 def _check_attribution(job: TranslateJob) -> None:
@@ -140,6 +158,22 @@ def _write_results(out, results: list[Translation], offset: int, n_best: int) ->
         else:
             for alt in result.alternatives or [result]:
                 out.write(f"{offset + i} ||| {alt.text} ||| {alt.score:.4f}\n")
+    out.flush()
+
+
+def _write_jsonl(out, results: list[Translation], offset: int) -> None:
+    """``--output-format jsonl``: per input line one object: its index, source, best translation with
+    score, log_prob and per-token / per-word confidence (``Translation.confidence``), and with
+    ``--n-best`` the whole list best first (docs/formats.md)."""
+    def hypothesis(t: Translation) -> dict:
+        return {"translation": t.text, "score": t.score, "log_prob": t.log_prob,
+                **(t.confidence() or {"tokens": [], "words": []})}
+
+    for i, result in enumerate(results):
+        record = {"index": offset + i, "source": result.source, **hypothesis(result)}
+        if len(result.alternatives) > 1:
+            record["n_best"] = [hypothesis(t) for t in result.alternatives]
+        out.write(json.dumps(record, ensure_ascii=False) + "\n")
     out.flush()
 
 

@@ -63,9 +63,14 @@ def create_app(translator: Translator, settings: ServeSettings | None = None) ->
         """Translate ``sentences``; per sentence the best translation, its score and the rest of the
         n-best list, with word alignments and attention when asked for."""
         check_sentences(body.sentences, limits)
-        finish = partial(response_bytes, settings=settings, alignments=body.alignments, attention=body.attention)
+        if body.prefixes is not None and len(body.prefixes) != len(body.sentences):
+            raise HTTPException(422, f"{len(body.prefixes)} prefixes for {len(body.sentences)} sentences; give one "
+                                     "per sentence (\"\" = none)")
+        prefixes = body.prefixes or [""] * len(body.sentences)
+        finish = partial(response_bytes, settings=settings, alignments=body.alignments, attention=body.attention,
+                         confidence=body.confidence)
         try:
-            future = batcher.submit(body.sentences, decode_options(body, settings), finish)
+            future = batcher.submit(list(zip(body.sentences, prefixes)), decode_options(body, settings), finish)
         except QueueFull as exc:
             raise HTTPException(429, f"the server is busy: {exc} (--max-queue-sentences); retry after "
                                      "Retry-After seconds", headers={"Retry-After": "1"}) from None
@@ -101,7 +106,8 @@ def decode_options(body: TranslateRequest, settings: ServeSettings) -> DecodeOpt
         raise HTTPException(422, f"beam_size {beam} is above this server's limit of {settings.limits.max_beam_size} "
                                  "(--max-beam-size); ask for a smaller beam")
     penalty = settings.length_penalty if body.length_penalty is None else body.length_penalty
-    return DecodeOptions(beam, n_best, penalty, need_attention=body.alignments or body.attention)
+    return DecodeOptions(beam, n_best, penalty, need_attention=body.alignments or body.attention,
+                         need_confidence=body.confidence)
 
 
 def check_sentences(sentences: list[str], limits: Limits) -> None:
@@ -121,18 +127,20 @@ def check_sentences(sentences: list[str], limits: Limits) -> None:
                                      "\\ud800); send UTF-8 text") from None
 
 
-def translate_batch(translator: Translator, settings: ServeSettings, sentences: list[str],
+def translate_batch(translator: Translator, settings: ServeSettings, items: list[tuple[str, str]],
                     options: DecodeOptions) -> list[Translation]:
-    """The one model call of a batch (in the worker thread)."""
-    return translator.translate(sentences, beam_size=options.beam_size, length_penalty=options.length_penalty,
+    """The one model call of a batch of (sentence, target prefix) items (in the worker thread)."""
+    sentences, prefixes = [sentence for sentence, _ in items], [prefix for _, prefix in items]
+    return translator.translate(sentences, prefix=prefixes if any(prefixes) else None,
+                                beam_size=options.beam_size, length_penalty=options.length_penalty,
                                 n_best=options.n_best, max_output_ratio=settings.max_output_ratio,
-                                need_attention=options.need_attention)
+                                need_attention=options.need_attention, confidence=options.need_confidence)
 
 
 def response_bytes(translations: list[Translation], settings: ServeSettings, alignments: bool,
-                   attention: bool) -> bytes:
+                   attention: bool, confidence: bool = False) -> bytes:
     """One request's ``TranslateResponse`` as JSON (in the worker thread)."""
-    return json_bytes({"translations": [sentence_json(t, i, settings, alignments, attention)
+    return json_bytes({"translations": [sentence_json(t, i, settings, alignments, attention, confidence)
                                         for i, t in enumerate(translations)]})
 
 

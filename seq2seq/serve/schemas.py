@@ -29,6 +29,11 @@ class TranslateRequest(BaseModel):
     length_penalty: float | None = Field(None, allow_inf_nan=False, description="GNMT length penalty alpha (0 = none)")
     alignments: bool = Field(False, description="add word alignments (Pharaoh links, word-level matrix)")
     attention: bool = Field(False, description="add the raw attention array (layers, heads, target, source)")
+    confidence: bool = Field(False, description="add each target piece's and word's log-probability and the "
+                                                "entropy of the model's distribution there")
+    prefixes: list[str] | None = Field(None, description="one target prefix per sentence (\"\" = none): each "
+                                                         "translation starts with it; one not ending in a space "
+                                                         "may end inside a word, which the search completes")
 
 
 class Alignment(BaseModel):
@@ -55,10 +60,30 @@ class Attention(BaseModel):
     weights: list = Field(description="nested lists of that shape, rounded to 4 decimals")
 
 
+class TokenConfidence(BaseModel):
+    piece: str
+    log_prob: float = Field(description="log p of this piece given the source and the pieces before it")
+    entropy: float = Field(description="entropy (nats) of the model's distribution at this step")
+
+
+class WordConfidence(BaseModel):
+    word: str
+    log_prob: float = Field(description="the sum of its pieces' log p: the log-probability of the word")
+    entropy: float = Field(description="the mean of its pieces' entropies")
+
+
+class Confidence(BaseModel):
+    """How sure the model was, piece by piece and word by word (the target's EOS last)."""
+
+    tokens: list[TokenConfidence]
+    words: list[WordConfidence]
+
+
 class Hypothesis(BaseModel):
     translation: str
     score: float = Field(description="length-penalised log-probability (the ranking score)")
     log_prob: float
+    confidence: Confidence | None = Field(None, description="when asked for")
     alignment: Alignment | None = Field(None, description="when asked for (null for an empty input)")
     attention: Attention | None = Field(None, description="when asked for (null for an empty input)")
 
@@ -103,13 +128,16 @@ class DecodeOptions:
     n_best: int
     length_penalty: float
     need_attention: bool
+    need_confidence: bool = False
 
 
 def hypothesis_json(translation: Translation, index: int, settings: ServeSettings, alignments: bool,
-                    attention: bool) -> dict[str, Any]:
+                    attention: bool, confidence: bool = False) -> dict[str, Any]:
     """One hypothesis as a ``Hypothesis`` dict (built in the worker thread, off the event loop)."""
     out: dict[str, Any] = {"translation": translation.text, "score": translation.score,
                            "log_prob": translation.log_prob}
+    if confidence:
+        out["confidence"] = translation.confidence() or {"tokens": [], "words": []}
     has_attention = translation.attention is not None
     if alignments:
         out["alignment"] = _alignment(translation, index, settings) if has_attention else None
@@ -119,12 +147,12 @@ def hypothesis_json(translation: Translation, index: int, settings: ServeSetting
 
 
 def sentence_json(translation: Translation, index: int, settings: ServeSettings, alignments: bool,
-                  attention: bool) -> dict[str, Any]:
+                  attention: bool, confidence: bool = False) -> dict[str, Any]:
     """One input's ``SentenceResult`` dict: the best hypothesis and the rest of the n-best list."""
     rest = translation.alternatives[1:]
     return {"source": translation.source,
-            **hypothesis_json(translation, index, settings, alignments, attention),
-            "alternatives": [hypothesis_json(t, index, settings, alignments, attention) for t in rest]}
+            **hypothesis_json(translation, index, settings, alignments, attention, confidence),
+            "alternatives": [hypothesis_json(t, index, settings, alignments, attention, confidence) for t in rest]}
 
 
 def _alignment(translation: Translation, index: int, settings: ServeSettings) -> dict[str, Any]:
