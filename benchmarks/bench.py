@@ -243,7 +243,7 @@ def speed(args: argparse.Namespace) -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     dtypes = ("float32", "bfloat16") if native_bf16 else ("float32",)  # emulated bf16: ~1 GFLOP/s, skipped
-    peaks = {f"{dtype}_{label}": matmul_peak(getattr(torch, dtype), shape, device=device)
+    peaks = {f"{dtype}_{label}": matmul_peak(getattr(torch, dtype), shape, args.peak_seconds, device)
              for dtype in dtypes for label, shape in
              (("square2048", (2048, 2048, 2048)), ("ffn4400x256x1024", (4400, 256, 1024)))}
     record = {**provenance("speed"), "device": str(device), "matmul_gflop_per_s": peaks, "train": {}, "decode": {}}
@@ -445,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     s.add_argument("--checkpoints", help="quality-benchmark output dir: decode its <system>/best.pt")
     s.add_argument("--bs1-sentences", type=int, default=200)
+    s.add_argument("--peak-seconds", type=float, default=2.0, help="how long each matmul peak is measured")
     s.add_argument("--out", default="bench-results/speed")
     d = sub.add_parser("decode", help="decoding only: sentences/s and BLEU of existing runs, repeated")
     _common_flags(d)

@@ -53,3 +53,44 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def run_main(argv: list[str], stdin: str = "", monkeypatch=None) -> tuple[int, str, str]:
+    """``seq2seq ARGV`` in this process (no Python + torch start-up): exit status, stdout, stderr.
+    argparse's usage errors exit via SystemExit: its code is the status. For the real start-up and
+    traceback behaviour keep one subprocess test per command."""
+    import contextlib
+    import io
+    import sys
+
+    from seq2seq.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    stream = io.TextIOWrapper(io.BytesIO(stdin.encode("utf-8")), encoding="utf-8")
+    saved = sys.stdin
+    sys.stdin = stream
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(argv)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        sys.stdin = saved
+    return code, out.getvalue(), err.getvalue()
+
+
+def interrupt_at(monkeypatch, call: int) -> None:
+    """The ``call``-th training step (counted from now) raises KeyboardInterrupt, as Ctrl-C would; the
+    trainer then writes a resumable ``last.pt``. ``monkeypatch.undo()`` restores the real step."""
+    from seq2seq.training.trainer import Trainer
+
+    original, calls = Trainer.train_step, {"n": 0}
+
+    def step(self, group):
+        calls["n"] += 1
+        if calls["n"] == call:
+            raise KeyboardInterrupt
+        return original(self, group)
+
+    monkeypatch.setattr(Trainer, "train_step", step)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -221,10 +222,18 @@ def test_translate_errors_are_one_line_without_traceback(checkpoint, tmp_path, a
     ref.write_text("a\nb\nc\n", encoding="utf-8")
     args = [str(checkpoint) if a == "CKPT" else str(ref) if a == "REF" else str(tmp_path / "a.jsonl") if a == "OUT"
             else a for a in args]
-    proc = run("translate.py", *args, stdin="seven\n")
-    assert proc.returncode == 2
-    assert message in proc.stderr and "Traceback" not in proc.stderr
+    code, _, err = run_main(["translate", *args], stdin="seven\n")  # in process: the start-up is not the point
+    assert code == 2
+    assert message in err and "Traceback" not in err
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_translate_error_as_a_user_meets_it(tmp_path):
+    """The real command, its own process: exit status 2 and one line, no traceback."""
+    proc = run("translate.py", "--checkpoint", str(tmp_path / "nowhere.pt"), stdin="seven\n")
+    assert proc.returncode == 2
+    missing = tmp_path / "nowhere.pt"
+    assert proc.stderr.strip() == f"error: checkpoint {missing}: no such file (pass a .pt file or a run directory)"
 
 
 def test_run_config_yaml_reproduces_the_runs_config(checkpoint):

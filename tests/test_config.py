@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_main
 
 from seq2seq.cli import config_from_flags
 from seq2seq.config import DEFAULT_BEAM_SIZE, PRESETS, DecodeConfig, ModelConfig, RunConfig, TrainConfig, config_to_yaml
@@ -129,11 +130,18 @@ def test_importing_the_package_or_the_translator_loads_neither_datasets_nor_trai
       "--align-method", "threshold"], "--align-threshold must be in (0, 1]"),
     (["compare", "run"], "required: --output"),
 ])
-def test_every_subcommand_names_a_bad_flag_or_file_without_a_traceback(tmp_path, argv, message):
-    proc = subprocess.run([sys.executable, "-m", "seq2seq", *argv], capture_output=True, text=True, cwd=tmp_path,
-                          stdin=subprocess.DEVNULL)
-    assert proc.returncode == 2, proc.stderr
-    assert message in proc.stderr and "Traceback" not in proc.stderr
+def test_every_subcommand_names_a_bad_flag_or_file_without_a_traceback(tmp_path, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main(argv)  # in process: the start-up is not the point (one real run below)
+    assert code == 2, err
+    assert message in err and "Traceback" not in err
+
+
+def test_a_bad_command_as_a_user_meets_it(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "seq2seq", "train", "--lr", "abc"], capture_output=True, text=True,
+                          cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2 and "argument --lr: invalid float value: 'abc'" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_old_flag_names_still_work_with_a_warning(tmp_path):

@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # re-runs five test files in child processes
+
 TESTS = Path(__file__).parent
 PRECISION_SENSITIVE = ["test_quantize.py", "test_loss.py", "test_attention.py", "test_shortlist.py",
                        "test_search.py"]

@@ -46,6 +46,7 @@ def config_from_flags(flags: list[str]):
     return build_run_config(parser.parse_args(flags))
 
 
+@pytest.mark.slow  # torchrun: two training processes
 def test_two_processes_match_one_accumulating_process_and_resume_exactly(tmp_path):
     run = tmp_path / "ddp"
     common = [str(ROOT / "train.py"), *TINY, "--cache-dir", str(tmp_path / "cache"), "--output-dir", str(run)]
@@ -134,6 +135,7 @@ def _worker_pids(parent: int) -> dict[int, int]:
     return found
 
 
+@pytest.mark.slow  # torchrun: two training processes
 def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step_and_resumes(tmp_path):
     """Ctrl-C or SIGTERM reaching one rank must not leave the other inside a collective: both stop
     after one step they agree on, write last.pt with both RNG states, exit cleanly and resume."""

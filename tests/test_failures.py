@@ -11,13 +11,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from conftest import interrupt_at
 
 import seq2seq.checkpoint.file as checkpoint_file
 from seq2seq.checkpoint.file import load_checkpoint
 from seq2seq.cli import main
 from seq2seq.errors import OutputError
 from seq2seq.io_utils import atomic_directory, atomic_output
-from seq2seq.training.trainer import Trainer
 
 TINY = ["--toy-size", "300", "--vocab-size", "120", "--d-model", "32", "--heads", "2", "--ff-size", "64",
         "--layers", "1", "--warmup-steps", "5", "--eval-max-sentences", "8", "--device", "cpu", "--threads", "1",
@@ -171,21 +171,12 @@ def steps_validated(run: Path) -> list[int]:
 
 
 def test_resume_keeps_the_run_limits_and_logs_what_a_flag_changes(tmp_path, monkeypatch, capsys):
-    original = Trainer.train_step
-    calls = {"n": 0}
-
-    def interrupted_step(self, group):
-        calls["n"] += 1
-        if calls["n"] == 7:
-            raise KeyboardInterrupt
-        return original(self, group)
-
     run = tmp_path / "run"
-    monkeypatch.setattr(Trainer, "train_step", interrupted_step)
+    interrupt_at(monkeypatch, 7)
     main(tiny_train(tmp_path, "--max-steps", "12", "--eval-every", "4", "--max-minutes", "0",
                     "--output-dir", str(run)))
     assert load_checkpoint(run / "last.pt")["progress"]["step"] == 6
-    monkeypatch.setattr(Trainer, "train_step", original)
+    monkeypatch.undo()
     capsys.readouterr()
     # the bare resume of the README: the toy preset's time limit and validation interval do not replace the run's
     assert main(["train", "--output-dir", str(run), "--resume", "--quiet"]) == 0

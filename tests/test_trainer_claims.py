@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
+from conftest import interrupt_at
 
 import seq2seq.training.trainer as trainer_module
 from seq2seq.checkpoint.file import load_checkpoint
@@ -33,19 +34,6 @@ def tiny(out: Path, arch: str = "transformer", **train_options) -> RunConfig:
 def records(run: Path, kind: str) -> list[dict]:
     lines = (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
     return [r for r in map(json.loads, lines) if r["kind"] == kind]
-
-
-def interrupt_at(monkeypatch, call: int) -> None:
-    """The ``call``-th training step raises KeyboardInterrupt (Ctrl-C), as a user would."""
-    original, calls = Trainer.train_step, {"n": 0}
-
-    def step(self, group):
-        calls["n"] += 1
-        if calls["n"] == call:
-            raise KeyboardInterrupt
-        return original(self, group)
-
-    monkeypatch.setattr(Trainer, "train_step", step)
 
 
 # ----------------------------------------------------------------------------- learning and schedules
