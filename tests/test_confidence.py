@@ -105,3 +105,22 @@ def test_the_server_returns_confidence_on_request(translator):
     assert math.fsum(c["log_prob"] for c in best["confidence"]["tokens"]) == pytest.approx(best["log_prob"], abs=1e-4)
     assert best["alternatives"][0]["confidence"]["words"]
     assert asked[1]["confidence"] == {"tokens": [], "words": []}
+
+
+def test_the_viewer_shades_target_words_by_confidence(tmp_path):
+    import re
+
+    source = tmp_path / "in.txt"
+    source.write_text("twenty-one\nfour hundred and two\n", encoding="utf-8")
+    html, jsonl = tmp_path / "view.html", tmp_path / "align.jsonl"
+    assert main(["translate", "--checkpoint", str(OLD_TRANSFORMER), "--input", str(source), "--output",
+                 str(tmp_path / "out.txt"), "--html", str(html), "--alignments", str(jsonl), "--device", "cpu"]) == 0
+    text = html.read_text(encoding="utf-8")
+    data = json.loads(re.search(r'<script type="application/json" id="viewer-data">(.*?)</script>', text, re.S)[1])
+    records = [json.loads(line) for line in jsonl.read_text(encoding="utf-8").splitlines()]
+    for sentence, record in zip(data["sentences"], records):
+        words = sentence["confidence"]["word"]
+        assert len(words["log_prob"]) == len(record["tgt_words"])  # EOS dropped with the labels
+        expected = [round(w["log_prob"], 4) for w in record["confidence"]["words"][: len(record["tgt_words"])]]
+        assert words["log_prob"] == expected
+    assert "sure.log_prob[j]" in text  # the page shades what it is given

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import fcntl
 import json
+import math
 import os
 import re
 import select
@@ -328,6 +329,10 @@ def test_hovering_a_target_word_shows_the_exported_weights_in_chromium(export, b
     assert "</script>" in browser.js("document.getElementById('source-text').textContent")  # shown as text
     browser.choose("sentence", f"{i}: {rec['source']}")
     target = f"#tgt .tok[data-j='{j}']"
+    shown = browser.js(f"document.querySelector(\"{target}\").title")  # the word's confidence: "p = 0.123, ..."
+    word = rec["confidence"]["words"][j]
+    probability, entropy = float(shown.split()[2].rstrip(",")), float(shown.split()[4])
+    assert abs(probability - math.exp(word["log_prob"])) < 2e-3 and abs(entropy - word["entropy"]) < 0.01
 
     browser.hover(target)  # the export's aggregate: layer -2 (= 0 of 2), mean of heads
     assert browser.js(f"document.querySelector(\"{target}\").classList.contains('active')")

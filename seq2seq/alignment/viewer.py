@@ -144,10 +144,24 @@ def viewer_sentence(record: dict, attention: np.ndarray | None = None) -> dict:
         _check_shapes(entry, f"attribution {method!r}: ", record)
         steps = f", {entry['steps']} steps" if entry.get("steps") else ""
         views[method] = single_view(f"attribution: {method}{steps} (row-normalized importances)", entry)
-    return {"index": int(record["index"]), "source": str(record["source"]), "target": str(record["target"]),
-            "levels": {"word": {"src": list(record["src_words"]), "tgt": list(record["tgt_words"])},
-                       "subword": {"src": list(record["src_pieces"]), "tgt": list(record["tgt_pieces"])}},
-            "views": views}
+    sentence = {"index": int(record["index"]), "source": str(record["source"]), "target": str(record["target"]),
+                "levels": {"word": {"src": list(record["src_words"]), "tgt": list(record["tgt_words"])},
+                           "subword": {"src": list(record["src_pieces"]), "tgt": list(record["tgt_pieces"])}},
+                "views": views}
+    if record.get("confidence"):
+        sentence["confidence"] = confidence_levels(record)
+    return sentence
+
+
+def confidence_levels(record: dict) -> dict:
+    """The target labels' log-probabilities and entropies per level, from the record's ``confidence``
+    (``Translation.confidence``: per piece and per word, EOS last; labels without EOS drop it)."""
+    out = {}
+    for level, key, labels in (("word", "words", "tgt_words"), ("subword", "tokens", "tgt_pieces")):
+        entries = record["confidence"][key][: len(record[labels])]
+        out[level] = {"log_prob": [round(float(e["log_prob"]), 4) for e in entries],
+                      "entropy": [round(float(e["entropy"]), 4) for e in entries]}
+    return out
 
 
 def _check_shapes(entry: dict, what: str, labels: dict | None = None) -> None:

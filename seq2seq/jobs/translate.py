@@ -105,7 +105,8 @@ def translate_stream(job: TranslateJob) -> int:
                 prefix=None if prefixes is None else prefixes[done:done + len(chunk)],
                 batch_size=batch_size, max_output_ratio=decode.max_output_ratio, need_attention=job.need_attention,
                 first_line=done + 1, sample=decode.sample, top_k=decode.top_k, top_p=decode.top_p,
-                temperature=decode.temperature, seed=decode.seed, confidence=job.output_format == "jsonl",
+                temperature=decode.temperature, seed=decode.seed,
+                confidence=job.output_format == "jsonl" or bool(job.html),  # the viewer shades by it
             )
             if job.output_format == "jsonl":
                 _write_jsonl(out, results, done)
@@ -255,6 +256,8 @@ class _alignment_sink:
             record = result.alignment_record(index, self.layer, self.heads, **self.options)
         else:
             record = self._empty_record(result, index, self.translator.model)
+        if result.token_log_probs is not None:
+            record.extra["confidence"] = result.confidence()
         if self.members:
             record.extra["members"] = []
             for m, (name, member) in enumerate(self.members):
