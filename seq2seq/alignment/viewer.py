@@ -143,7 +143,8 @@ def viewer_sentence(record: dict, attention: np.ndarray | None = None) -> dict:
     for method, entry in (record.get("attribution") or {}).items():
         _check_shapes(entry, f"attribution {method!r}: ", record)
         steps = f", {entry['steps']} steps" if entry.get("steps") else ""
-        views[method] = single_view(f"attribution: {method}{steps} (row-normalized importances)", entry)
+        versus = f", why this rather than \"{entry['contrast']}\"" if entry.get("contrast") else ""
+        views[method] = single_view(f"attribution: {method}{steps}{versus} (row-normalized importances)", entry)
     sentence = {"index": int(record["index"]), "source": str(record["source"]), "target": str(record["target"]),
                 "levels": {"word": {"src": list(record["src_words"]), "tgt": list(record["tgt_words"])},
                            "subword": {"src": list(record["src_pieces"]), "tgt": list(record["tgt_pieces"])}},

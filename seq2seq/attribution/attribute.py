@@ -56,7 +56,7 @@ from ..errors import UserError
 from ..models.base import EncoderDecoder
 from ..nn.quantize import is_quantized
 from ..tokenizer import EOS_ID
-from .base import Attribution, GRADIENT_METHODS, METHODS
+from .base import CONTRAST_METHODS, GRADIENT_METHODS, METHODS, Attribution
 from .gradients import grad_weighted_attention, gradient_x_input, integrated_gradients
 from .perturbation import occlusion
 
@@ -66,14 +66,16 @@ from .perturbation import occlusion
 def attribute(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[int], method: str,
               steps: int = AttributionConfig.ig_steps, *, samples: int | None = None,
               seed: int = AttributionConfig.seed, layer: int | str = AlignConfig.layer,
-              heads: Heads = AlignConfig.heads, src_pieces: Sequence[str] | None = None) -> Attribution:
+              heads: Heads = AlignConfig.heads, src_pieces: Sequence[str] | None = None,
+              contrast_ids: Sequence[int] | None = None) -> Attribution:
     """Dispatch on ``method`` (one of ``METHODS``). ``src_ids`` end with EOS; ``tgt_ids`` exclude
     BOS/EOS (e.g. ``Translation.src_tokens`` and ``Translation.tokens``).
 
     Options: ``steps`` (integrated gradients), ``samples`` and ``seed`` (LIME, KernelSHAP; samples
     None = ``perturbation.DEFAULT_SAMPLES``), ``layer`` and ``heads`` (grad-attention, as for
     attention), ``src_pieces`` (LIME, KernelSHAP: the source pieces incl. EOS, grouped into words;
-    None = every piece is a word)."""
+    None = every piece is a word), ``contrast_ids`` (a contrastive target, ids without BOS/EOS: every
+    method but grad-attention then explains log p(y_t) - log p(y'_t), ``base.subtract_contrast``)."""
     if not src_ids or src_ids[-1] != EOS_ID:
         raise ValueError("attribute: src_ids must end with EOS (id 3), as the model was trained")
     if method not in METHODS:
@@ -82,25 +84,34 @@ def attribute(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[i
         raise UserError(f"attribution method {method!r} differentiates the model, and int8 layers "
                         "(--precision int8) have no gradients; use occlusion, lime or kernel-shap, "
                         "or --precision fp32")
+    if contrast_ids is not None and method not in CONTRAST_METHODS:
+        raise UserError(f"attribution method {method!r} has no contrastive form (it weights attention by the "
+                        f"gradient of one output); with --contrast use {', '.join(CONTRAST_METHODS)}")
     if method == "gradient":
-        return gradient_x_input(model, src_ids, tgt_ids)
+        return gradient_x_input(model, src_ids, tgt_ids, contrast_ids)
     if method == "integrated-gradients":
-        return integrated_gradients(model, src_ids, tgt_ids, steps)
+        return integrated_gradients(model, src_ids, tgt_ids, steps, contrast_ids)
     if method == "occlusion":
-        return occlusion(model, src_ids, tgt_ids)
+        return occlusion(model, src_ids, tgt_ids, contrast_ids=contrast_ids)
     if method == "grad-attention":
         return grad_weighted_attention(model, src_ids, tgt_ids, layer, heads)
     from .perturbation import DEFAULT_SAMPLES, explain_words
 
     return explain_words(model, src_ids, tgt_ids, method, DEFAULT_SAMPLES if samples is None else samples,
-                         seed, src_pieces)
+                         seed, src_pieces, contrast_ids)
 
 
 def attribute_translation(translator, translation, method: str, steps: int = AttributionConfig.ig_steps,
-                          **options) -> Attribution:
+                          contrast: str | None = None, **options) -> Attribution:
     """Attribution of a ``Translation`` returned by ``translator.translate`` (``options``: those of
-    ``attribute`` but ``src_pieces``, which come from the translation)."""
+    ``attribute`` but ``src_pieces``, which come from the translation). ``contrast``: an alternative
+    translation (text) to explain the output against, "why this rather than that" (the export records
+    it as ``contrast``)."""
     if not translation.src_tokens:
         raise ValueError("attribute_translation: the translation has no source tokens (empty input)")
-    return attribute(translator.model, translation.src_tokens, translation.tokens, method, steps,
-                     src_pieces=translation.src_pieces, **options)
+    contrast_ids = None if contrast is None else translator.tokenizer.encode(contrast.strip())
+    attribution = attribute(translator.model, translation.src_tokens, translation.tokens, method, steps,
+                            src_pieces=translation.src_pieces, contrast_ids=contrast_ids, **options)
+    if contrast is not None:
+        attribution.settings["contrast"] = contrast.strip()
+    return attribution

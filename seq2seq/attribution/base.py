@@ -17,6 +17,20 @@ SCORES = {"gradient": "|raw|", "integrated-gradients": "|raw|", "occlusion": "ma
           "grad-attention": "raw", "lime": "max(raw, 0)", "kernel-shap": "max(raw, 0)"}
 
 
+#: what a contrastive attribution explains (Yin & Neubig 2022; Inseq's ``contrast_prob_diff``)
+CONTRAST_METHODS = ("gradient", "integrated-gradients", "occlusion", "lime", "kernel-shap")
+
+
+def subtract_contrast(log_p: np.ndarray, contrast_log_p: np.ndarray) -> np.ndarray:
+    """Contrastive target scores, "why y_t rather than y'_t": f_t = log p(y_t | y_<t, x) - log p(y'_t |
+    y'_<t, x) at the positions both outputs have (the target's T+1 rows incl. EOS, the contrast's C+1);
+    rows past the contrast's end keep log p(y_t | y_<t, x). Works on the last axis (..., T+1)."""
+    out = np.array(log_p, dtype=np.float64, copy=True)
+    n = min(out.shape[-1], contrast_log_p.shape[-1])
+    out[..., :n] -= np.asarray(contrast_log_p, dtype=np.float64)[..., :n]
+    return out
+
+
 @dataclass
 class Attribution:
     """One method's ``(T+1, S+1)`` attribution of one translation (see the module docstring)."""

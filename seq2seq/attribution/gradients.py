@@ -45,48 +45,63 @@ def _replace_source_embedding(model: nn.Module, src: torch.Tensor, replace) -> I
 
 
 def _grad_times_input(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[int],
-                      alphas: Sequence[float]) -> np.ndarray:
-    """(T+1, S+1) signed: mean over alpha of sum_d df_t/dx_{s,d}(alpha e) * e_{s,d}."""
+                      alphas: Sequence[float], contrast_ids: Sequence[int] | None = None) -> np.ndarray:
+    """(T+1, S+1) signed: mean over alpha of sum_d df_t/dx_{s,d}(alpha e) * e_{s,d}; with
+    ``contrast_ids`` f_t is contrastive (``base.subtract_contrast``: both outputs are scored on the
+    same source embedding, one leaf, so the gradient is that of the difference)."""
     device = model_device(model)
     rows = len(tgt_ids) + 1
     src = pad_ids([src_ids] * rows, device)  # (T+1, S+1): copy t is used for target position t only
     tgt_in, tgt_out = target_tensors([tgt_ids] * rows, device)
     position = torch.arange(rows, device=device)
+    if contrast_ids is not None:
+        shared = min(rows, len(contrast_ids) + 1)  # positions both outputs have
+        contrast_in, contrast_out = target_tensors([contrast_ids] * rows, device)
     total = torch.zeros(rows, len(src_ids), dtype=torch.float64, device=device)
     for alpha in alphas:
         captured = {}
 
         def scaled(output: torch.Tensor) -> torch.Tensor:
-            captured["e"] = output.detach()
-            captured["x"] = (alpha * output.detach()).requires_grad_(True)  # (T+1, S+1, D)
+            if "x" not in captured:  # a contrastive pass embeds the same source again: the same leaf
+                captured["e"] = output.detach()
+                captured["x"] = (alpha * output.detach()).requires_grad_(True)  # (T+1, S+1, D)
             return captured["x"]
 
         with _replace_source_embedding(model, src, scaled) as seen:
             logits, _ = model(src, src != PAD_ID, tgt_in)  # (T+1, T+1, V)
-        if seen["calls"] != 1:
+            if contrast_ids is not None:
+                contrast_logits, _ = model(src, src != PAD_ID, contrast_in)  # (T+1, C+1, V)
+        expected = 1 if contrast_ids is None else 2
+        if seen["calls"] != expected:
             raise UserError(
-                f"attribution: the model embedded the source {seen['calls']} times (expected once); "
+                f"attribution: the model embedded the source {seen['calls']} times (expected {expected}); "
                 "give the model a 'source_embedding' attribute naming its source embedding module")
         f = logits.float().log_softmax(-1)[position, position, tgt_out[0]]  # (T+1,) f_t on copy t
+        if contrast_ids is not None:
+            p = position[:shared]
+            versus = contrast_logits.float().log_softmax(-1)[p, p, contrast_out[0][:shared]]  # (shared,)
+            f = f - torch.cat([versus, versus.new_zeros(rows - shared)])
         (grad,) = torch.autograd.grad(f.sum(), captured["x"])
         total += (grad * captured["e"]).sum(-1).double()
     return (total / len(alphas)).cpu().numpy()
 
 
-def gradient_x_input(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[int]) -> Attribution:
+def gradient_x_input(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[int],
+                     contrast_ids: Sequence[int] | None = None) -> Attribution:
     """Gradient x input on the source token embeddings (formula in the module docstring)."""
     with eval_mode(model, grad=True):
-        raw = _grad_times_input(model, src_ids, tgt_ids, [1.0])
+        raw = _grad_times_input(model, src_ids, tgt_ids, [1.0], contrast_ids)
     return Attribution("gradient", raw, np.abs(raw))
 
 
 def integrated_gradients(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[int],
-                         steps: int = AttributionConfig.ig_steps) -> Attribution:
+                         steps: int = AttributionConfig.ig_steps,
+                         contrast_ids: Sequence[int] | None = None) -> Attribution:
     """Integrated gradients from the all-zero source embedding, ``steps`` midpoint samples."""
     if steps < 1:
         raise UserError(f"integrated gradients needs steps >= 1 (--ig-steps), got {steps}")
     with eval_mode(model, grad=True):
-        raw = _grad_times_input(model, src_ids, tgt_ids, [(k + 0.5) / steps for k in range(steps)])
+        raw = _grad_times_input(model, src_ids, tgt_ids, [(k + 0.5) / steps for k in range(steps)], contrast_ids)
     return Attribution("integrated-gradients", raw, np.abs(raw), steps=steps)
 
 

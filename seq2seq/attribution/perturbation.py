@@ -47,7 +47,7 @@ from ..config import AttributionConfig
 from ..errors import UserError
 from ..models.base import EncoderDecoder
 from ..tokenizer import EOS_ID
-from .base import Attribution
+from .base import Attribution, subtract_contrast
 
 METHODS = ("lime", "kernel-shap")
 DEFAULT_SAMPLES = AttributionConfig.samples
@@ -60,8 +60,8 @@ def min_samples(words: int) -> int:
 
 
 def explain_words(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[int], method: str,
-                  samples: int = DEFAULT_SAMPLES, seed: int = 0,
-                  src_pieces: Sequence[str] | None = None) -> Attribution:
+                  samples: int = DEFAULT_SAMPLES, seed: int = 0, src_pieces: Sequence[str] | None = None,
+                  contrast_ids: Sequence[int] | None = None) -> Attribution:
     """LIME or KernelSHAP (``method``) of every target token over the source words (see the module
     docstring); ``src_pieces`` are the source pieces incl. EOS (None: every piece is a word)."""
     if method not in METHODS:
@@ -81,7 +81,7 @@ def explain_words(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequen
                         f"got {samples}; raise --attribution-samples")
     raw = np.zeros((len(tgt_ids) + 1, len(src_ids)), dtype=np.float64)  # (T+1, S+1)
     if spans:
-        scorer = _Scorer(model, src_ids, tgt_ids)
+        scorer = _Scorer(model, src_ids, tgt_ids, contrast_ids)
         if method == "kernel-shap" and len(spans) == 1:  # Captum's size distribution needs M >= 2
             both = scorer(torch.tensor([[1.0] * n_pieces, [0.0] * n_pieces]))  # (2, T+1)
             coefs = (both[0] - both[1]).numpy()[:, None]  # (T+1, 1)
@@ -122,10 +122,13 @@ def _fit_rows(method: str, scorer: "_Scorer", spans: list[tuple[int, int]], rows
 
 class _Scorer:
     """Captum's forward: piece-presence rows (k, S) -> log p of every target token and EOS (k, T+1)
-    of the source with the absent pieces deleted (EOS kept); each distinct row is scored once."""
+    of the source with the absent pieces deleted (EOS kept), contrastive with ``contrast_ids``
+    (``base.subtract_contrast``); each distinct row is scored once."""
 
-    def __init__(self, model: EncoderDecoder, src_ids: list[int], tgt_ids: list[int]) -> None:
+    def __init__(self, model: EncoderDecoder, src_ids: list[int], tgt_ids: list[int],
+                 contrast_ids: Sequence[int] | None = None) -> None:
         self.model, self.src_ids, self.tgt_ids = model, src_ids, tgt_ids
+        self.contrast_ids = None if contrast_ids is None else list(contrast_ids)
         self.cache: dict[bytes, torch.Tensor] = {}
 
     def __call__(self, presence: torch.Tensor) -> torch.Tensor:
@@ -136,6 +139,9 @@ class _Scorer:
             pieces = self.src_ids[:-1]
             sources = [[token for token, kept in zip(pieces, row) if kept] + [EOS_ID] for row in new.values()]
             log_probs, _ = teacher_force(self.model, sources, [self.tgt_ids] * len(sources))
+            if self.contrast_ids is not None:
+                versus, _ = teacher_force(self.model, sources, [self.contrast_ids] * len(sources))
+                log_probs = [subtract_contrast(lp, c) for lp, c in zip(log_probs, versus)]
             self.cache.update((key, torch.from_numpy(lp.astype(np.float64))) for key, lp in zip(new, log_probs))
         return torch.stack([self.cache[key] for key in keys])  # (k, T+1)
 
@@ -168,12 +174,17 @@ class _WeightedLeastSquares:
 
 
 def occlusion(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[int],
-              batch_size: int = 64) -> Attribution:
-    """Leave-one-out: raw[t, s] = f_t(x) - f_t(x without x_s); the EOS column is 0."""
+              batch_size: int = 64, contrast_ids: Sequence[int] | None = None) -> Attribution:
+    """Leave-one-out: raw[t, s] = f_t(x) - f_t(x without x_s); the EOS column is 0 (f_t contrastive
+    with ``contrast_ids``: ``base.subtract_contrast``)."""
     src_ids = list(src_ids)
     variants = [src_ids[:s] + src_ids[s + 1:] for s in range(len(src_ids) - 1)]  # never drop EOS
     log_probs, _ = teacher_force(model, [src_ids, *variants], [list(tgt_ids)] * (1 + len(variants)),
                                  batch_size=batch_size)
+    if contrast_ids is not None:
+        versus, _ = teacher_force(model, [src_ids, *variants], [list(contrast_ids)] * (1 + len(variants)),
+                                  batch_size=batch_size)
+        log_probs = [subtract_contrast(lp, c) for lp, c in zip(log_probs, versus)]
     raw = np.zeros((len(tgt_ids) + 1, len(src_ids)), dtype=np.float64)  # (T+1, S+1)
     for s, lp in enumerate(log_probs[1:]):
         raw[:, s] = log_probs[0].astype(np.float64) - lp

@@ -80,6 +80,10 @@ def parse_args(argv: list[str] | None):
                         "; grad-attention reads --align-layer / --align-heads; lime and kernel-shap need "
                         "pip install 'seq2seq[explain]') into the --alignments export and --plot-dir; see "
                         "docs/guides/attribution.md")
+    a.add_argument("--contrast", metavar="FILE",
+                   help="an alternative translation per input line (an empty line: none): --attribution then "
+                        "explains why the model chose its output rather than that one, log p(y_t) - log p(y'_t) "
+                        "position by position (not for grad-attention)")
     a.add_argument("--ig-steps", type=int, default=AttributionConfig.ig_steps,
                    help=f"integration steps for integrated-gradients (default: {AttributionConfig.ig_steps})")
     a.add_argument("--attribution-samples", type=int, default=AttributionConfig.samples,
@@ -116,4 +120,4 @@ def job_from_args(args: argparse.Namespace) -> TranslateJob:
         decode=decode_config(args), device=args.device, precision=args.precision, shortlist=args.shortlist,
         shortlist_sizes=tuple(args.shortlist_sizes) if args.shortlist_sizes else None, alignments=args.alignments,
         plot_dir=args.plot_dir, html=args.html, max_plots=args.max_plots, align=align, attribution=attribution,
-        output_format=args.output_format, prefix=args.prefix)
+        output_format=args.output_format, prefix=args.prefix, contrast=args.contrast)

@@ -54,6 +54,7 @@ class TranslateJob:
     output: str | None = "-"
     reference: str | None = None  # print BLEU and chrF against this file
     prefix: str | None = None  # one target prefix per input line ("" = none): outputs start with it
+    contrast: str | None = None  # one alternative translation per input line: contrastive attribution
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     device: str = "auto"
     precision: str = "fp32"
@@ -85,6 +86,8 @@ def translate_stream(job: TranslateJob) -> int:
         translator.shortlist = translator.shortlist.with_sizes(*job.shortlist_sizes)
     references = read_lines(job.reference, "--reference") if job.reference else None
     prefixes = read_lines(job.prefix, "--prefix") if job.prefix else None
+    per_line = {flag: (path, read_lines(path, flag) if flag == "--contrast" else prefixes)
+                for flag, path in (("--prefix", job.prefix), ("--contrast", job.contrast)) if path}
     interactive = job.input in (None, "-") and sys.stdin.isatty()
     if decode.batch_size is None:
         batch_size = default_batch_size(decode.beam_size, decode.sample, decode.n_best)
@@ -95,11 +98,10 @@ def translate_stream(job: TranslateJob) -> int:
     done = 0
     with ExitStack() as stack:
         out = stack.enter_context(atomic_output(job.output))
-        sink = stack.enter_context(_alignment_sink(job, translator)) if job.need_attention else None
+        contrasts = per_line["--contrast"][1] if "--contrast" in per_line else None
+        sink = stack.enter_context(_alignment_sink(job, translator, contrasts)) if job.need_attention else None
         for chunk in chunks(iter_lines(job.input, "--input"), chunk_size):
-            if prefixes is not None and done + len(chunk) > len(prefixes):
-                raise UserError(f"--prefix {job.prefix} has {len(prefixes)} lines but the input {_name(job.input)} "
-                                "has more; give one prefix per input line (an empty line: none)")
+            _check_per_line(per_line, job.input, done + len(chunk), final=False)
             results = translator.translate(
                 chunk, beam_size=decode.beam_size, length_penalty=decode.length_penalty, n_best=decode.n_best,
                 prefix=None if prefixes is None else prefixes[done:done + len(chunk)],
@@ -117,12 +119,20 @@ def translate_stream(job: TranslateJob) -> int:
             if references is not None:
                 texts.extend(r.text for r in results)
             done += len(results)
-        if prefixes is not None and done != len(prefixes):  # inside the block: nothing is written
-            raise UserError(f"--prefix {job.prefix} has {len(prefixes)} lines but the input {_name(job.input)} "
-                            f"has {done}; give one prefix per input line (an empty line: none)")
+        _check_per_line(per_line, job.input, done, final=True)  # inside the block: nothing is written
     if references is not None:
         _print_scores(texts, references, job)
     return done
+
+
+def _check_per_line(per_line: dict[str, tuple[str, list[str]]], source: str | None, seen: int, final: bool) -> None:
+    """Files with one line per input line (``--prefix``, ``--contrast``) must have as many as the input:
+    more input than lines as soon as it shows, fewer at the end."""
+    for flag, (path, lines) in per_line.items():
+        if seen > len(lines) or (final and seen != len(lines)):
+            count = f"{seen}" if final else "more"
+            raise UserError(f"{flag} {path} has {len(lines)} lines but the input {_name(source)} has {count}; "
+                            "give one line per input line (an empty line: none)")
 
 
 def _name(path: str | None) -> str:
@@ -131,6 +141,12 @@ def _name(path: str | None) -> str:
 
 def _check_attribution(job: TranslateJob) -> None:
     methods = job.attribution.methods
+    if job.contrast and not methods:
+        raise UserError("--contrast explains translations against alternatives: it needs --attribution METHOD "
+                        "(gradient, integrated-gradients, occlusion, lime or kernel-shap)")
+    if job.contrast and "grad-attention" in methods:
+        raise UserError("--contrast: grad-attention has no contrastive form; use gradient, integrated-gradients, "
+                        "occlusion, lime or kernel-shap")
     if methods and not job.need_attention:
         raise UserError("--attribution needs --alignments FILE, --plot-dir DIR and/or --html FILE to write its "
                         "matrices to")
@@ -190,10 +206,10 @@ class _alignment_sink:
     """Collects translations for --alignments (JSONL + npz), --plot-dir (heatmaps) and --html (the viewer,
     with every layer and head); with --attribution also computes and exports/plots attribution matrices."""
 
-    def __init__(self, job: TranslateJob, translator: Translator) -> None:
+    def __init__(self, job: TranslateJob, translator: Translator, contrasts: list[str] | None = None) -> None:
         from ..alignment.records import AlignmentWriter
 
-        self.job, self.translator = job, translator
+        self.job, self.translator, self.contrasts = job, translator, contrasts
         self.layer, self.heads = check_layer_heads(job.align.layer, job.align.heads, translator.model)
         self.members: list[tuple[str, object]] = []  # (checkpoint, model) of every ensemble member
         if isinstance(translator.model, EnsembleModel):
@@ -297,8 +313,11 @@ class _alignment_sink:
         from ..attribution.attribute import attribute_translation
 
         out = []
+        line = self.contrasts[record.index].strip() if self.contrasts is not None else ""
+        contrast = line or None  # an empty line: no contrast for this sentence
         for name in self.methods:
             attribution = attribute_translation(self.translator, result, name, self.job.attribution.ig_steps,
+                                                contrast=contrast,
                                                 samples=self.job.attribution.samples,
                                                 seed=self.job.attribution.seed, layer=self.layer,
                                                 heads=self.heads)
