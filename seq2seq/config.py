@@ -445,6 +445,9 @@ def _valid_keys(cls: type, path: tuple) -> str:
 
 SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 
+#: How ``seq2seq wordalign`` combines the two directions' links (``jobs.wordalign.symmetrized``).
+SYMMETRIZATIONS = ("grow-diag-final-and", "grow-diag-final", "intersection", "forward", "backward")
+
 #: What ``--resume`` may change (the ``train`` fields): the stopping limits and validation rhythm, and
 #: where the run computes. Everything else is the run's own, read back from its checkpoint.
 LIMIT_FIELDS = ("max_steps", "max_epochs", "max_minutes", "patience", "eval_every", "eval_every_minutes")
