@@ -48,7 +48,8 @@ def test_the_aligner_finds_a_known_alignment(corpus, tmp_path):
 def test_symmetrization_follows_its_definition():
     forward, backward = {(0, 0), (1, 1), (2, 1)}, {(0, 0), (1, 1), (2, 2)}
     assert symmetrized(forward, backward, "intersection") == {(0, 0), (1, 1)}
-    assert symmetrized(forward, backward, "forward") == forward and symmetrized(forward, backward, "backward") == backward
+    assert symmetrized(forward, backward, "forward") == forward
+    assert symmetrized(forward, backward, "backward") == backward
     # grow-diag: (2, 1) and (2, 2) neighbour (1, 1) and cover the unaligned source word 2; the first one
     # grown (neighbours in the order right/left/up/down, then diagonals) makes the second redundant
     grown = symmetrized(forward, backward, "grow-diag-final-and")
