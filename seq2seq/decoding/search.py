@@ -21,8 +21,6 @@ tensors around.
 """
 from __future__ import annotations
 
-import hashlib
-import secrets
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -33,6 +31,8 @@ from ..errors import UserError
 from ..models.base import EncoderDecoder, select_batch
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
 from .prefix import Prefixes
+from .sampling import Sampling
+from .vocabulary import OutputVocabulary
 from .scoring import eval_mode, forced_confidence, forced_pass
 
 
@@ -68,153 +68,6 @@ def max_lengths(model: EncoderDecoder, src_mask: torch.Tensor, ratio: float, off
     if prefixes is not None:
         limit = torch.maximum(limit, prefixes.lengths(limit.device))
     return limit.clamp(min=0)
-
-
-def only_eos(log_p: torch.Tensor, rows: torch.Tensor, eos: int, sync_free: bool) -> None:
-    """In place: every column but ``eos`` of the flagged ``rows`` (bool, one per row) becomes -inf.
-
-    ``sync_free`` (GPUs) masks every step with no test for a flagged row, which would make the host
-    wait for the device; otherwise (CPU, where the test is free) only the flagged rows are touched."""
-    if sync_free:
-        kept = log_p[:, eos].clone()
-        log_p.masked_fill_(rows[:, None], float("-inf"))
-        log_p[:, eos] = kept
-    elif rows.any():
-        kept = log_p[rows, eos]
-        log_p[rows] = float("-inf")
-        log_p[rows, eos] = kept
-
-
-class OutputVocabulary:
-    """The tokens a search may produce: the whole vocabulary, or a subset (a lexical shortlist).
-
-    ``ids`` (V',) distinct token ids including EOS; ``weight`` the output layer's rows for them
-    (gathered once per batch, not per step). Column c of restricted logits is token ids[c]; the
-    softmax is over the subset. PAD and BOS are never produced (masked after the softmax, as with
-    the whole vocabulary, so a subset that lists every token decodes exactly like no subset).
-    """
-
-    def __init__(self, model: EncoderDecoder, ids: torch.Tensor | None = None) -> None:
-        self.ids, self.weight, self.eos = ids, None, EOS_ID
-        self.banned = [PAD_ID, BOS_ID]  # columns never chosen
-        if ids is not None:
-            if ids.dim() != 1 or len(ids.unique()) != len(ids):
-                raise ValueError("an output vocabulary is a 1-D tensor of distinct token ids")
-            eos = (ids == EOS_ID).nonzero()
-            if len(eos) != 1:
-                raise ValueError("an output vocabulary must contain EOS")
-            self.eos, self.weight = int(eos[0, 0]), model.output_rows(ids)
-            self.banned = ((ids == PAD_ID) | (ids == BOS_ID)).nonzero().squeeze(1).tolist()
-
-    def log_probs(self, logits: torch.Tensor, force_eos: torch.Tensor,
-                  allowed: torch.Tensor | None = None) -> torch.Tensor:
-        """logits (rows, V) -> log p = log_softmax(z) (rows, V) (over the subset, when there is
-        one), with the tokens that may not come next at -inf: PAD and BOS always, every token but
-        EOS where ``force_eos`` (one flag per row) holds, and with ``allowed`` (rows, all token ids) bool
-        (a target prefix: ``Prefixes``) every token it excludes. Masking comes after the normalisation, so
-        a chosen token's log-probability is the model's own. (One fused log_softmax pass costs
-        less than ``logsumexp`` alone on CPU.)"""
-        log_p = torch.log_softmax(logits.float(), -1)  # (rows, V)
-        for column in self.banned:
-            log_p[:, column] = float("-inf")
-        if allowed is not None:
-            log_p = log_p.masked_fill(~(allowed if self.ids is None else allowed[:, self.ids]), float("-inf"))
-        only_eos(log_p, force_eos, self.eos, sync_free=log_p.device.type != "cpu")
-        return log_p
-
-    def token_ids(self, columns: torch.Tensor) -> torch.Tensor:
-        """Columns of ``log_probs`` -> token ids."""
-        return columns if self.ids is None else self.ids[columns]
-
-    def best_tokens(self, logits: torch.Tensor, force_eos: torch.Tensor, count: int,
-                    allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The ``count`` most probable next tokens of every row and their log-probabilities.
-
-        logits (rows, V) -> log p (rows, count), token ids (rows, count), best first (``log_probs``:
-        PAD and BOS never, only EOS where ``force_eos``)."""
-        log_p = self.log_probs(logits, force_eos, allowed)  # (rows, V)
-        if count == 1:
-            best, column = log_p.max(-1, keepdim=True)
-        else:
-            best, column = log_p.topk(min(count, log_p.size(-1)), dim=-1)
-        return best, self.token_ids(column)
-
-    def sampled_tokens(self, logits: torch.Tensor, force_eos: torch.Tensor, sampling: "Sampling",
-                       uniform: torch.Tensor, allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """One token per row drawn by ``sampling`` with the uniform numbers ``uniform`` (rows,) ->
-        log p (rows, 1), token ids (rows, 1), where log p is the model's own log-probability of
-        the token (``log_probs``: temperature 1, before top-k / top-p), not that of the reshaped
-        distribution it was drawn from."""
-        log_p = self.log_probs(logits, force_eos, allowed)  # (rows, V)
-        column = sampling.choose(log_p, uniform)  # (rows, 1)
-        return log_p.gather(1, column), self.token_ids(column)
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How ``sample_search`` draws each token from the model's next-token distribution p = softmax(z):
-
-    1. temperature T: q ∝ exp(log p / T) = softmax(z / T) (T = 0: the argmax, exactly as greedy search);
-    2. top-k (k > 0): q is cut to the k most probable tokens (exactly k; ties broken by ``topk``);
-    3. top-p (p < 1): q (renormalised) is cut to the smallest set of most probable tokens whose
-       probability reaches p (a token stays iff the mass of the tokens before it is < p);
-    4. renormalise and draw by inverse CDF (over the columns in order: token ids, or a sorted
-       shortlist's, so a shortlist listing every token draws exactly as none) with one uniform
-       number per sample and step.
-
-    Tokens the search bans (PAD, BOS; all but EOS at the length bound) have q = 0 and are never
-    drawn. ``seed`` None: a fresh random seed per call (from the OS, not torch's global RNG).
-
-    Reproducibility: every sample has its own stream of uniform numbers, from a dedicated CPU
-    ``torch.Generator`` seeded with a hash of (seed, sentence id, sample number) and copied to the
-    device once per batch. The same seed therefore gives the same samples for the same sentence id
-    (``Translator`` uses the input position), whatever the batch size, the other sentences in the
-    batch, or the order of the batches, and on any device, up to floating-point rounding: batching
-    or another device can change a probability in its last bits, which changes a draw only when its
-    uniform number falls within that rounding of a cumulative-probability boundary (as greedy search
-    can change its choice between two tokens whose log-probabilities tie to rounding)."""
-
-    top_k: int = 0
-    top_p: float = 1.0
-    temperature: float = 1.0
-    seed: int | None = None
-
-    def __post_init__(self) -> None:
-        check_decoding(None, 1, True, self.top_k, self.top_p, self.temperature, self.seed)
-
-    def choose(self, log_p: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-        """log p (rows, V) (banned tokens at -inf), uniform (rows,) in [0, 1) -> columns (rows, 1)."""
-        if self.temperature == 0:
-            return log_p.max(-1, keepdim=True).indices  # the same reduction as greedy search
-        scores = log_p.double() / self.temperature  # log q + const
-        vocab = scores.size(-1)
-        if 0 < self.top_k < vocab:
-            kept = scores.topk(self.top_k, -1).indices  # (rows, k)
-            scores = torch.full_like(scores, float("-inf")).scatter(1, kept, scores.gather(1, kept))
-        q = scores.softmax(-1)  # (rows, V)
-        if self.top_p < 1.0:
-            ordered, order = q.sort(dim=-1, descending=True, stable=True)
-            ordered = ordered.masked_fill(ordered.cumsum(-1) - ordered >= self.top_p, 0.0)  # mass before >= p
-            q = torch.zeros_like(q).scatter(1, order, ordered)
-        cumulative = q.cumsum(-1)  # (rows, V), unnormalised after top-p: scaled below
-        target = uniform.to(cumulative.dtype).unsqueeze(1) * cumulative[:, -1:]  # (rows, 1)
-        column = torch.searchsorted(cumulative, target, right=True)  # first column with cumulative > target
-        last = (q > 0).cumsum(-1).argmax(-1, keepdim=True)  # the last token with q > 0 (rounding guard)
-        return torch.minimum(column, last)
-
-    def uniforms(self, sentence_ids: Sequence[int], copies: int, steps: Sequence[int], width: int,
-                 device: torch.device) -> torch.Tensor:
-        """Uniform numbers (len(sentence_ids) * copies, width) float64 on ``device``: row i * copies
-        + j is sample j of sentence ``sentence_ids[i]``, ``steps[i]`` numbers from its own
-        generator (the rest of the row is unused)."""
-        seed = secrets.randbits(63) if self.seed is None else self.seed
-        out = torch.zeros(len(sentence_ids) * copies, width, dtype=torch.float64)
-        for i, (sentence, count) in enumerate(zip(sentence_ids, steps)):
-            for j in range(copies):
-                digest = hashlib.blake2b(f"{seed}/{sentence}/{j}".encode(), digest_size=8).digest()
-                generator = torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
-                out[i * copies + j, :count] = torch.rand(count, generator=generator, dtype=torch.float64)
-        return out.to(device)
 
 
 def finished_check_interval(device: torch.device) -> int:

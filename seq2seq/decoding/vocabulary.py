@@ -1,0 +1,94 @@
+"""What the search may produce next: the output vocabulary (all tokens, or a subset such as a lexical
+shortlist), with PAD and BOS banned, EOS forced at the length bound, and a target prefix's mask; the
+chosen token's log-probability is always the model's own (masks come after the softmax)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..models.base import EncoderDecoder
+from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+if TYPE_CHECKING:
+    from .sampling import Sampling
+
+
+def only_eos(log_p: torch.Tensor, rows: torch.Tensor, eos: int, sync_free: bool) -> None:
+    """In place: every column but ``eos`` of the flagged ``rows`` (bool, one per row) becomes -inf.
+
+    ``sync_free`` (GPUs) masks every step with no test for a flagged row, which would make the host
+    wait for the device; otherwise (CPU, where the test is free) only the flagged rows are touched."""
+    if sync_free:
+        kept = log_p[:, eos].clone()
+        log_p.masked_fill_(rows[:, None], float("-inf"))
+        log_p[:, eos] = kept
+    elif rows.any():
+        kept = log_p[rows, eos]
+        log_p[rows] = float("-inf")
+        log_p[rows, eos] = kept
+
+
+class OutputVocabulary:
+    """The tokens a search may produce: the whole vocabulary, or a subset (a lexical shortlist).
+
+    ``ids`` (V',) distinct token ids including EOS; ``weight`` the output layer's rows for them
+    (gathered once per batch, not per step). Column c of restricted logits is token ids[c]; the
+    softmax is over the subset. PAD and BOS are never produced (masked after the softmax, as with
+    the whole vocabulary, so a subset that lists every token decodes exactly like no subset).
+    """
+
+    def __init__(self, model: EncoderDecoder, ids: torch.Tensor | None = None) -> None:
+        self.ids, self.weight, self.eos = ids, None, EOS_ID
+        self.banned = [PAD_ID, BOS_ID]  # columns never chosen
+        if ids is not None:
+            if ids.dim() != 1 or len(ids.unique()) != len(ids):
+                raise ValueError("an output vocabulary is a 1-D tensor of distinct token ids")
+            eos = (ids == EOS_ID).nonzero()
+            if len(eos) != 1:
+                raise ValueError("an output vocabulary must contain EOS")
+            self.eos, self.weight = int(eos[0, 0]), model.output_rows(ids)
+            self.banned = ((ids == PAD_ID) | (ids == BOS_ID)).nonzero().squeeze(1).tolist()
+
+    def log_probs(self, logits: torch.Tensor, force_eos: torch.Tensor,
+                  allowed: torch.Tensor | None = None) -> torch.Tensor:
+        """logits (rows, V) -> log p = log_softmax(z) (rows, V) (over the subset, when there is
+        one), with the tokens that may not come next at -inf: PAD and BOS always, every token but
+        EOS where ``force_eos`` (one flag per row) holds, and with ``allowed`` (rows, all token ids) bool
+        (a target prefix: ``Prefixes``) every token it excludes. Masking comes after the normalisation, so
+        a chosen token's log-probability is the model's own. (One fused log_softmax pass costs
+        less than ``logsumexp`` alone on CPU.)"""
+        log_p = torch.log_softmax(logits.float(), -1)  # (rows, V)
+        for column in self.banned:
+            log_p[:, column] = float("-inf")
+        if allowed is not None:
+            log_p = log_p.masked_fill(~(allowed if self.ids is None else allowed[:, self.ids]), float("-inf"))
+        only_eos(log_p, force_eos, self.eos, sync_free=log_p.device.type != "cpu")
+        return log_p
+
+    def token_ids(self, columns: torch.Tensor) -> torch.Tensor:
+        """Columns of ``log_probs`` -> token ids."""
+        return columns if self.ids is None else self.ids[columns]
+
+    def best_tokens(self, logits: torch.Tensor, force_eos: torch.Tensor, count: int,
+                    allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``count`` most probable next tokens of every row and their log-probabilities.
+
+        logits (rows, V) -> log p (rows, count), token ids (rows, count), best first (``log_probs``:
+        PAD and BOS never, only EOS where ``force_eos``)."""
+        log_p = self.log_probs(logits, force_eos, allowed)  # (rows, V)
+        if count == 1:
+            best, column = log_p.max(-1, keepdim=True)
+        else:
+            best, column = log_p.topk(min(count, log_p.size(-1)), dim=-1)
+        return best, self.token_ids(column)
+
+    def sampled_tokens(self, logits: torch.Tensor, force_eos: torch.Tensor, sampling: "Sampling",
+                       uniform: torch.Tensor, allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One token per row drawn by ``sampling`` with the uniform numbers ``uniform`` (rows,) ->
+        log p (rows, 1), token ids (rows, 1), where log p is the model's own log-probability of
+        the token (``log_probs``: temperature 1, before top-k / top-p), not that of the reshaped
+        distribution it was drawn from."""
+        log_p = self.log_probs(logits, force_eos, allowed)  # (rows, V)
+        column = sampling.choose(log_p, uniform)  # (rows, 1)
+        return log_p.gather(1, column), self.token_ids(column)
