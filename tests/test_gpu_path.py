@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import seq2seq.decoding.search as search
+import seq2seq.decoding.vocabulary as vocabulary
 import seq2seq.nn.loss as loss_module
 from seq2seq.data.prefetch import prefetch
 from seq2seq.errors import UserError
@@ -115,8 +116,8 @@ def test_sync_free_eos_forcing_equals_the_cpu_branch():
     log_p = torch.randn(6, 9, generator=generator).log_softmax(-1)
     for rows in (torch.tensor([0, 1, 0, 0, 1, 0], dtype=torch.bool), torch.zeros(6, dtype=torch.bool)):
         branch, masked = log_p.clone(), log_p.clone()
-        search.only_eos(branch, rows, 2, sync_free=False)
-        search.only_eos(masked, rows, 2, sync_free=True)
+        vocabulary.only_eos(branch, rows, 2, sync_free=False)
+        vocabulary.only_eos(masked, rows, 2, sync_free=True)
         assert torch.equal(branch, masked)
         assert torch.isinf(masked[rows][:, [0, 1, 3]]).all() and torch.equal(masked[rows, 2], log_p[rows, 2])
         assert torch.equal(masked[~rows], log_p[~rows])
