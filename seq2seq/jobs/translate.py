@@ -85,9 +85,9 @@ def translate_stream(job: TranslateJob) -> int:
             raise UserError("--shortlist-sizes needs --shortlist")
         translator.shortlist = translator.shortlist.with_sizes(*job.shortlist_sizes)
     references = read_lines(job.reference, "--reference") if job.reference else None
-    prefixes = read_lines(job.prefix, "--prefix") if job.prefix else None
-    per_line = {flag: (path, read_lines(path, flag) if flag == "--contrast" else prefixes)
+    per_line = {flag: (path, read_lines(path, flag))  # files with one line per input line
                 for flag, path in (("--prefix", job.prefix), ("--contrast", job.contrast)) if path}
+    prefixes, contrasts = (per_line[flag][1] if flag in per_line else None for flag in ("--prefix", "--contrast"))
     interactive = job.input in (None, "-") and sys.stdin.isatty()
     if decode.batch_size is None:
         batch_size = default_batch_size(decode.beam_size, decode.sample, decode.n_best)
@@ -98,7 +98,6 @@ def translate_stream(job: TranslateJob) -> int:
     done = 0
     with ExitStack() as stack:
         out = stack.enter_context(atomic_output(job.output))
-        contrasts = per_line["--contrast"][1] if "--contrast" in per_line else None
         sink = stack.enter_context(_alignment_sink(job, translator, contrasts)) if job.need_attention else None
         for chunk in chunks(iter_lines(job.input, "--input"), chunk_size):
             _check_per_line(per_line, job.input, done + len(chunk), final=False)
