@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, NonNegativeFloat, NonNegativeInt, StringConstraints, TypeAdapter, ValidationError
+from pydantic import (
+    ConfigDict, Field, NonNegativeFloat, NonNegativeInt, StringConstraints, TypeAdapter, ValidationError,
+)
 
 from .errors import UserError
 
@@ -134,6 +136,10 @@ class DataConfig:
     cache_dir: str = option("data/cache", "where encoded corpora are kept and reused across runs")
     toy_size: int = option(0, "train on the embedded English->German number-word corpus with this many pairs")
     streaming: bool = option(False, "read, tokenize and batch the training split on the fly (corpora past RAM)")
+    subword_alpha: Annotated[float, Field(ge=0.0, le=1.0)] = option(
+        0.0, "subword regularization (Kudo 2018): each epoch trains on a freshly sampled SentencePiece "
+             "segmentation of the training split, smoothing alpha (unigram; BPE: dropout probability); "
+             "validation, test and translation use the best segmentation (0 = off)")
     shuffle_buffer: int = option(10_000, "streaming: pairs held in the shuffle buffer")
     stream_window: int = option(100, "streaming: sort by length within windows of this many batches")
 

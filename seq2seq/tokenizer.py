@@ -143,6 +143,15 @@ class Tokenizer:
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return self._sp.encode(list(texts), out_type=int)
 
+    def encode_sampled(self, texts: Sequence[str], alpha: float, seed: int) -> list[list[int]]:
+        """A sampled segmentation of each text (subword regularization, Kudo 2018): for a unigram model
+        a segmentation drawn from P(x) ^ alpha over all of them (``nbest_size`` -1), for BPE merges
+        dropped with probability ``alpha`` (BPE-dropout). Seeded: the same (texts, alpha, seed) give the
+        same ids (one thread; SentencePiece's own generator)."""
+        spm.set_random_generator_seed(seed % 2**32)
+        return self._sp.encode(list(texts), out_type=int, enable_sampling=True, alpha=alpha, nbest_size=-1,
+                               num_threads=1)
+
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ``ids``: stops at the first EOS and drops pad/bos (and any other special)."""
         return self._sp.decode(_content_ids(ids))

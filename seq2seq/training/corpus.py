@@ -24,7 +24,7 @@ from ..config import RunConfig
 from ..data import Batch, TokenBatchSampler, TokenColumns, make_batches, prepare_data
 from ..errors import UserError
 from ..runtime import log
-from ..tokenizer import Tokenizer
+from ..tokenizer import EOS_ID, Tokenizer
 from . import distributed
 
 T = TypeVar("T")
@@ -38,17 +38,38 @@ class PreparedCorpus:
     seed: int
     rank: int = 0  # this process's shard of the training batches ...
     world_size: int = 1  # ... out of this many (see TokenBatchSampler)
+    subword_alpha: float = 0.0  # > 0: each epoch's segmentation of the training split is sampled
 
     def __post_init__(self) -> None:
         self.columns = {name: TokenColumns(data) for name, data in self.splits.items()}
-        self.train_sampler = TokenBatchSampler.for_columns(
-            self.columns["train"], self.max_tokens, shuffle=True, seed=self.seed,
-            rank=self.rank, world_size=self.world_size,
-        )
+        self.train_sampler = self._sampler(self.columns["train"])
+        self._sampled: tuple[int, TokenColumns, TokenBatchSampler] | None = None  # the last epoch's
+
+    def _sampler(self, columns: TokenColumns) -> TokenBatchSampler:
+        return TokenBatchSampler.for_columns(columns, self.max_tokens, shuffle=True, seed=self.seed,
+                                             rank=self.rank, world_size=self.world_size)
 
     def train_batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
         """This rank's batches of ``epoch`` in training order, skipping the first ``start``."""
-        return make_batches(self.columns["train"], self.train_sampler.batches(epoch)[start:])
+        columns, sampler = self.epoch_columns(epoch)
+        return make_batches(columns, sampler.batches(epoch)[start:])
+
+    def epoch_columns(self, epoch: int) -> tuple[TokenColumns, TokenBatchSampler]:
+        """The training split's ids for ``epoch``: the cached best segmentation, or with
+        ``subword_alpha`` a segmentation sampled for this epoch (seeded by the run's seed and the
+        epoch, so every rank and a resumed run see the same one; token budgets re-packed to it)."""
+        if not self.subword_alpha:
+            return self.columns["train"], self.train_sampler
+        if self._sampled is None or self._sampled[0] != epoch:
+            import datasets
+
+            train = self.splits["train"]
+            seed = self.seed * 1_000_003 + epoch
+            src = [ids + [EOS_ID] for ids in self.tokenizer.encode_sampled(train["src"], self.subword_alpha, seed)]
+            tgt = self.tokenizer.encode_sampled(train["tgt"], self.subword_alpha, seed + 1)
+            columns = TokenColumns(datasets.Dataset.from_dict({"src_ids": src, "tgt_ids": tgt}))
+            self._sampled = (epoch, columns, self._sampler(columns))
+        return self._sampled[1], self._sampled[2]
 
     def eval_batches(self, split: str) -> Iterator[Batch]:
         sampler = TokenBatchSampler.for_columns(self.columns[split], self.max_tokens, shuffle=False)
@@ -93,6 +114,9 @@ def prepare_run_corpus(cfg: RunConfig, output_dir: Path, quiet: bool = False,
 
         datasets.disable_progress_bars()
     rank, world, tokenizer_path = distributed.rank(), distributed.world_size(), output_dir / "spm.model"
+    if cfg.data.streaming and cfg.data.subword_alpha:
+        raise UserError("--subword-alpha samples a segmentation of the whole training split per epoch; it "
+                        "needs a prepared corpus, not --streaming")
     if cfg.data.streaming:
         from ..data.streaming import prepare_stream
 
@@ -108,7 +132,8 @@ def prepare_run_corpus(cfg: RunConfig, output_dir: Path, quiet: bool = False,
         raise UserError("the training split is empty; check --data-dir / --train-file and the filters")
     log("corpus", quiet=quiet, vocab=tokenizer.vocab_size,
         **{f"{name}_pairs": len(data) for name, data in splits.items()})
-    return PreparedCorpus(tokenizer, splits, cfg.data.max_tokens, cfg.train.seed, rank, world)
+    return PreparedCorpus(tokenizer, splits, cfg.data.max_tokens, cfg.train.seed, rank, world,
+                          subword_alpha=cfg.data.subword_alpha)
 
 
 def _reuse_main(tokenizer_path: Path, prepare: Callable[[], T]) -> T:
