@@ -308,3 +308,19 @@ def test_finetune_benchmark_tunes_a_base_and_scores_both_domains(data, tmp_path)
     tuned = torch.load(out.with_suffix("") / "tuned" / "last.pt", weights_only=True)["config"]
     assert tuned["train"]["init_from"] == str(out.with_suffix("") / "base" / "best.pt")
     assert "| tuned |" in out.with_suffix(".md").read_text()
+
+
+def test_subword_benchmark_trains_each_alpha_on_one_tokenizer(data, tmp_path):
+    out = tmp_path / "subword.json"
+    script("bench_subword.py", "--data-dir", str(data), "--src", "en", "--tgt", "de", "--test-split", "test",
+           "--archs", "transformer", "--alphas", "0", "0.2", "--minutes", "1", "--device", "cpu", "--out", str(out),
+           "--", *TINY_MODEL, "--vocab-size", "60", cwd=tmp_path)
+    record = check_record(out, "subword")
+    assert [(r["arch"], r["alpha"], r["steps"]) for r in record["runs"]] == [("transformer", 0.0, 3),
+                                                                          ("transformer", 0.2, 3)]
+    runs = out.with_suffix("")
+    alphas = [torch.load(runs / f"transformer-alpha{a}" / "last.pt", weights_only=True)["config"]["data"]
+              ["subword_alpha"] for a in ("0", "0.2")]
+    assert alphas == [0.0, 0.2]
+    assert (runs / "transformer-alpha0" / "spm.model").read_bytes() == (runs / "transformer-alpha0.2" /
+                                                                        "spm.model").read_bytes()
