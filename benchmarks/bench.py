@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from common import ROOT, provenance, write_record
+from common import ROOT, provenance, step_flops_per_target_token, write_record
 from seq2seq.io_utils import display_path, markdown_table
 
 DEFAULT_DATA = os.environ.get("SEQ2SEQ_MULTI30K")  # Multi30k {split}.{lang} files, or --data-dir
@@ -191,8 +191,6 @@ def train_speed(name: str, args: argparse.Namespace) -> dict:
     untimed ones, and counts the FLOPs of one step (forward + backward matmuls) with
     ``torch.utils.flop_counter``, extrapolated to the timed steps by their target tokens.
     """
-    from torch.utils.flop_counter import FlopCounterMode
-
     from seq2seq.cli import config_from_flags
     from seq2seq.training.corpus import prepare_run_corpus
     from seq2seq.runtime import peak_rss_mb, seed_everything
@@ -212,9 +210,7 @@ def train_speed(name: str, args: argparse.Namespace) -> dict:
     batches = (batch for epoch in itertools.count() for batch in corpus.train_batches(epoch))  # epochs on end
     for _ in range(args.warmup):
         trainer.train_step([next(batches)])
-    with FlopCounterMode(display=False) as counter:
-        _, counted_tokens = trainer.train_step([next(batches)])
-    flops_per_token = counter.get_total_flops() / counted_tokens
+    flops_per_token = step_flops_per_target_token(trainer, next(batches))
     tokens, start = 0, time.perf_counter()
     for _ in range(args.steps):
         batch = next(batches)

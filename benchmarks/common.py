@@ -114,6 +114,16 @@ def train_preset(label: str, preset: str, args, run_dir: Path, *flags: str) -> d
     return json.loads((run_dir / "summary.json").read_text())
 
 
+def step_flops_per_target_token(trainer, batch) -> float:
+    """Model FLOPs of one optimizer step of ``trainer`` on ``batch`` (forward and backward matrix
+    products as ``torch.utils.flop_counter`` counts them) per target token of the batch."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        _, tokens = trainer.train_step([batch])
+    return counter.get_total_flops() / tokens
+
+
 def copy_tokenizer(source: Path, run_dir: Path) -> None:
     """Put ``source``'s SentencePiece model into a new run directory, which the run then reuses."""
     import shutil

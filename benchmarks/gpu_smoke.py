@@ -12,23 +12,27 @@ has run it yet), cut at ``--budget-minutes`` (8), the last steps first:
 1. ``tests/test_cuda.py`` with CUDA visible (tiny models: fp16/bf16 training, resume, decoding and
    attribution against the CPU), about 1 minute; ``--tests suite`` runs the whole suite instead
    (raise ``--step-timeout`` and ``--budget-minutes`` for it), ``--tests none`` neither;
-2. the quickstart (``seq2seq train``, the toy corpus) on CUDA for ``--quickstart-steps`` steps
+2. the matmul peak: an 8192-cube product in fp32 (TF32 off), bf16 and fp16, ``--peak-seconds`` (1) each;
+3. the quickstart (``seq2seq train``, the toy corpus) on CUDA for ``--quickstart-steps`` steps
    (``--max-steps``; 0 leaves it out), about 30 s;
-3. ``--precision int8`` on CUDA with the quickstart's checkpoint (without the quickstart: the first
+4. ``--precision int8`` on CUDA with the quickstart's checkpoint (without the quickstart: the first
    Multi30k run's, right after it): refused with a clear message (exit 2), a few seconds;
-4. one SentencePiece model for every Multi30k run (``common.shared_tokenizer``: a one-step Transformer
+5. one SentencePiece model for every Multi30k run (``common.shared_tokenizer``: a one-step Transformer
    run), so that no run spends its minute on it, about 30 s;
-5. a ``--minutes`` (1) Multi30k run of each of ``--archs`` (the RNN with Bahdanau attention and the
+6. a ``--minutes`` (1) Multi30k run of each of ``--archs`` (the RNN with Bahdanau attention and the
    Transformer presets) in each of ``--precisions`` (fp32 and bf16 autocast; fp16 allowed), about
-   75 s each with start-up and the last validation: training target tokens/s and validation BLEU;
-6. resume of the Transformer fp32 run (``--resume --max-steps`` its step + ``--resume-steps``, 100; the
+   75 s each with start-up and the last validation: training target tokens/s, validation BLEU, peak
+   GPU memory (``summary.json``), and model TFLOP/s (FLOPs per target token of one fp32 step of the
+   architecture, counted once with ``torch.utils.flop_counter``, x tokens/s) with their share of the
+   matmul peak in the run's precision (``--no-flops`` leaves the count out);
+7. resume of the Transformer fp32 run (``--resume --max-steps`` its step + ``--resume-steps``, 100; the
    run's own one-minute limit lifted with ``--max-minutes 0``), right after that run: "ok" only when
    ``last.pt``'s ``progress.step`` grew by exactly ``--resume-steps`` and every loss that
    ``metrics.jsonl`` logged after the old step is finite, about 20 s;
-7. decoding of ``--sentences`` (200; 0 leaves it out) test sentences with each architecture's fp32
+8. decoding of ``--sentences`` (200; 0 leaves it out) test sentences with each architecture's fp32
    checkpoint: greedy, beam 5, beam 5 + shortlist, fp16 and bf16 on CUDA against greedy / beam 5 on
    CPU of the same checkpoint (sentences/s, BLEU, share of outputs identical to the CPU's), ~15 s each;
-8. attribution (gradient, integrated gradients, occlusion) of ``--attribution-sentences`` (3; 0 leaves
+9. attribution (gradient, integrated gradients, occlusion) of ``--attribution-sentences`` (3; 0 leaves
    it out) test sentences on CUDA against the CPU, ~10 s each.
 
 Each step runs at most ``--step-timeout`` seconds (300) and at most what is left of
@@ -74,13 +78,17 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from common import ROOT, add_multi30k_flags, copy_tokenizer, preset_command, provenance, shared_tokenizer, write_record
+from bench import matmul_peak
+from common import (ROOT, add_multi30k_flags, copy_tokenizer, preset_command, provenance, shared_tokenizer,
+                    step_flops_per_target_token, write_record)
 from seq2seq.checkpoint.file import load_checkpoint
 from seq2seq.io_utils import markdown_table
 
 SYSTEMS = {"rnn": "rnn-bahdanau", "transformer": "transformer"}
 PRECISIONS = ("fp32", "fp16", "bf16")
 TRAIN_START_S = 15  # a training run's start-up and last validation beyond its --minutes (for the budget)
+PEAK_SHAPE = (8192, 8192, 8192)  # a square product large enough to reach a data-centre GPU's peak
+PEAK_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass
@@ -188,6 +196,57 @@ def check_resume(run_dir: Path, before: int, expected: int) -> dict:
             "note": note + ("" if not problems else ": " + "; ".join(problems))}
 
 
+# ----------------------------------------------------------------------------- how fast the GPU can go
+def measure_matmul_peaks(record: dict, seconds: float = 1.0) -> dict:
+    """TFLOP/s of an 8192-cube product in fp32 (TF32 off, as fp32 training runs), bf16 and fp16 on
+    CUDA, into ``record["matmul_tflop_per_s"]``: the denominators of each run's share of the peak."""
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        peaks = {name: matmul_peak(dtype, PEAK_SHAPE, seconds, "cuda") / 1000 for name, dtype in PEAK_DTYPES.items()
+                 if name != "bf16" or torch.cuda.is_bf16_supported()}
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    record["matmul_tflop_per_s"] = peaks
+    return {"ok": True, "note": ", ".join(f"{name} {value:.0f} TFLOP/s" for name, value in peaks.items())}
+
+
+def flops_per_target_token(run_dir: Path, work: Path, device: str = "cuda") -> float:
+    """Model FLOPs per target token of one fp32 training step of ``run_dir``'s config (its tokenizer,
+    its data cache) on ``device``, counted in a scratch run directory ``work`` (removed afterwards)."""
+    from seq2seq.cli import config_from_flags
+    from seq2seq.training.corpus import prepare_run_corpus
+    from seq2seq.training.trainer import Trainer
+
+    shutil.rmtree(work, ignore_errors=True)
+    copy_tokenizer(run_dir, work)
+    try:
+        cfg = config_from_flags(["--config", str(run_dir / "config.yaml"), "--output-dir", str(work),
+                                 "--device", device, "--precision", "fp32"])
+        corpus = prepare_run_corpus(cfg, work, quiet=True)
+        cfg.model.vocab_size = corpus.tokenizer.vocab_size
+        trainer = Trainer(cfg, corpus, quiet=True)
+        batches = iter(corpus.train_batches(0))
+        trainer.train_step([next(batches)])  # the first step builds the optimizer state
+        return step_flops_per_target_token(trainer, next(batches))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def throughput_entry(record: dict, arch: str, precision: str, run_dir: Path, tokens_per_s: float) -> dict:
+    """Model TFLOP/s of a run (its arch's FLOPs per target token, counted once, x its tokens/s) and
+    its share of the GPU's measured matmul peak in its precision."""
+    counted = record.setdefault("flops_per_tgt_token", {})
+    if arch not in counted:
+        counted[arch] = flops_per_target_token(run_dir, run_dir.parent / f"flops-{arch}")
+    tflops = counted[arch] * tokens_per_s / 1e12
+    entry = {"model_tflop_s": round(tflops, 2)}
+    peak = record.get("matmul_tflop_per_s", {}).get(precision)
+    if peak:
+        entry["of_peak"] = round(tflops / peak, 4)
+    return entry
+
+
 # ----------------------------------------------------------------------------- CUDA against CPU
 def decode_against_cpu(run_dir: Path, args: argparse.Namespace) -> dict:
     """Test-split decoding on CUDA in several modes against CPU decoding of the same checkpoint."""
@@ -270,6 +329,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="test sentences decoded on CUDA and CPU (default: 200; 0 leaves it out)")
     parser.add_argument("--attribution-sentences", type=int, default=3,
                         help="test sentences attributed on CUDA and CPU (default: 3; 0 leaves it out)")
+    parser.add_argument("--peak-seconds", type=float, default=1.0,
+                        help="seconds of each matmul-peak measurement (default: 1; 0 leaves it out)")
+    parser.add_argument("--no-flops", dest="count_flops", action="store_false",
+                        help="do not count each architecture's model FLOPs per token (a few seconds each)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit (no GPU needed)")
     args = parser.parse_args(argv)
@@ -290,6 +353,10 @@ def build_plan(args: argparse.Namespace, record: dict) -> list[Step]:
         target = ["tests/test_cuda.py"] if args.tests == "cuda" else []
         plan.append(command_step("tests/test_cuda.py" if target else "test suite",
                                  [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *target]))
+    if args.peak_seconds:
+        plan.append(python_step("matmul peak", lambda: measure_matmul_peaks(record, args.peak_seconds),
+                                f"{'x'.join(map(str, PEAK_SHAPE))} products in fp32 (TF32 off), bf16 and fp16, "
+                                f"{args.peak_seconds:g} s each"))
     train_dirs = {(arch, precision): runs / f"{arch}-{precision}" for precision in args.precisions
                   for arch in args.archs}
     int8_checkpoint = runs / "quickstart" if args.quickstart_steps else next(iter(train_dirs.values()), None)
@@ -310,7 +377,7 @@ def build_plan(args: argparse.Namespace, record: dict) -> list[Step]:
                             f"common.shared_tokenizer into {spm} (a one-step transformer run; reused if there)"))
     resumed = ("transformer", "fp32") if ("transformer", "fp32") in train_dirs else None
     for (arch, precision), run_dir in train_dirs.items():
-        plan.append(train_step(args, arch, precision, run_dir, spm))
+        plan.append(train_step(args, record, arch, precision, run_dir, spm))
         if not any(step is int8 for step in plan):
             plan.append(int8)  # without the quickstart: on the first Multi30k run's checkpoint
         if (arch, precision) == resumed and args.resume_steps:
@@ -331,8 +398,9 @@ def read_sources(args: argparse.Namespace) -> list[str]:
     return (args.data_dir / f"{args.test_split}.{args.src}").read_text(encoding="utf-8").splitlines()
 
 
-def train_step(args: argparse.Namespace, arch: str, precision: str, run_dir: Path, spm: Path) -> Step:
-    """A ``--minutes`` Multi30k run of ``arch``'s preset in ``precision`` with the shared tokenizer."""
+def train_step(args: argparse.Namespace, record: dict, arch: str, precision: str, run_dir: Path, spm: Path) -> Step:
+    """A ``--minutes`` Multi30k run of ``arch``'s preset in ``precision`` with the shared tokenizer:
+    target tokens/s, validation BLEU, peak GPU memory, model TFLOP/s and their share of the peak."""
     label = f"train {arch} {precision}"
     flags = ["--precision", precision, "--max-minutes", str(args.minutes), "--eval-every", "200"]
 
@@ -347,7 +415,13 @@ def train_step(args: argparse.Namespace, arch: str, precision: str, run_dir: Pat
         if summary_path.is_file():
             summary = json.loads(summary_path.read_text())
             entry.update(tok_s=round(summary["train_tgt_tokens_per_s"]), valid_bleu=summary["best_valid_bleu"],
-                         steps=summary["steps"], note=f"{summary['steps']} steps")
+                         steps=summary["steps"], peak_mb=summary.get("peak_cuda_memory_mb"),
+                         note=f"{summary['steps']} steps")
+            if code == 0 and args.count_flops:
+                try:
+                    entry.update(throughput_entry(record, arch, precision, run_dir, summary["train_tgt_tokens_per_s"]))
+                except Exception as exc:  # noqa: BLE001 - the run itself succeeded; say why the count failed
+                    entry["note"] += f"; FLOP count failed: {type(exc).__name__}: {exc}"[:300]
         return entry
 
     return Step(label, action, f"seq2seq train --preset {SYSTEMS[arch]} {' '.join(flags)} into {run_dir.name}",
@@ -437,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.runs.mkdir(parents=True, exist_ok=True)
     record.update({**provenance("gpu-smoke"), "gpu": torch.cuda.get_device_name(0),
+                   "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
                    "capability": ".".join(map(str, torch.cuda.get_device_capability(0))),
                    "settings": {name: value for name, value in vars(args).items()
                                 if name not in ("data_dir", "out", "runs", "extra", "dry_run")}})
@@ -457,10 +532,18 @@ def smoke_table(record: dict) -> str:
     steps = record["steps"]
     rows = [[name, s.get("result") or ("ok" if s.get("ok") else "FAILED"), s.get("seconds", ""), s.get("tok_s", ""),
              f"{s['valid_bleu']:.2f}" if "valid_bleu" in s else "",
+             f"{s['peak_mb']:.0f}" if s.get("peak_mb") is not None else "", s.get("model_tflop_s", ""),
+             f"{s['of_peak']:.1%}" if "of_peak" in s else "",
              str(s.get("note") or s.get("error", "")).splitlines()[0][:120].replace("|", "/") if (
                  s.get("note") or s.get("error")) else ""] for name, s in steps.items()]
-    rows += [[name, "not reached", "", "", "", ""] for name in record.get("plan", []) if name not in steps]
-    lines.append(markdown_table(["step", "result", "seconds", "train tgt tok/s", "valid BLEU", "note"], rows))
+    rows += [[name, "not reached", "", "", "", "", "", "", ""] for name in record.get("plan", []) if name not in steps]
+    lines.append(markdown_table(["step", "result", "seconds", "train tgt tok/s", "valid BLEU", "peak GPU MB",
+                                 "model TFLOP/s", "of matmul peak", "note"], rows))
+    if record.get("matmul_tflop_per_s"):
+        lines += ["", "Matmul peak (TFLOP/s, " + "x".join(map(str, PEAK_SHAPE)) + "): " + ", ".join(
+            f"{name} {value:.0f}" for name, value in record["matmul_tflop_per_s"].items())
+            + "; FLOPs per target token: " + ", ".join(
+            f"{arch} {value / 1e6:.0f} M" for arch, value in record.get("flops_per_tgt_token", {}).items())]
     for arch, modes in record.get("decode", {}).items():
         lines += ["", f"Decoding, {arch}, test split, CUDA against CPU:", ""]
         lines.append(markdown_table(

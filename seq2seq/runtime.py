@@ -176,3 +176,12 @@ def peak_rss_mb() -> float:
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 1024 if sys.platform != "darwin" else peak / 2**20
+
+
+def peak_cuda_memory_mb(device: torch.device | str) -> float | None:
+    """Peak memory that tensors of this process held on the CUDA ``device`` (PyTorch's caching
+    allocator, ``torch.cuda.max_memory_allocated``) in MB; None for a device that is not CUDA."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    return torch.cuda.max_memory_allocated(device) / 2**20

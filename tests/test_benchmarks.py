@@ -128,12 +128,16 @@ def test_gpu_smoke_refuses_to_run_without_a_gpu_and_tabulates_a_record(tmp_path,
     assert gpu_smoke.main(["--data-dir", str(tmp_path)]) == 2
     assert "no CUDA device is visible" in capsys.readouterr().err
     record = {"gpu": "NVIDIA H100", "capability": "9.0",
-              "steps": {"train rnn fp32": {"ok": True, "seconds": 70.0, "tok_s": 90000, "valid_bleu": 30.5},
+              "matmul_tflop_per_s": {"fp32": 51.2, "bf16": 700.0}, "flops_per_tgt_token": {"rnn": 1.5e8},
+              "steps": {"train rnn fp32": {"ok": True, "seconds": 70.0, "tok_s": 90000, "valid_bleu": 30.5,
+                                           "peak_mb": 2048.4, "model_tflop_s": 13.5, "of_peak": 0.2637},
                         "int8 refused on cuda": {"ok": False}},
               "decode": {"rnn": {"cpu_greedy": {"sentences_per_s": 50.0, "bleu": 30.0},
                                  "greedy": {"sentences_per_s": 900.0, "bleu": 30.0, "same_as_cpu": 0.998}}}}
     table = gpu_smoke.smoke_table(record)
-    assert "| train rnn fp32 | ok | 70.0 | 90000 | 30.50 |" in table and "| int8 refused on cuda | FAILED |" in table
+    assert "| train rnn fp32 | ok | 70.0 | 90000 | 30.50 | 2048 | 13.5 | 26.4% |" in table
+    assert "Matmul peak (TFLOP/s, 8192x8192x8192): fp32 51, bf16 700; FLOPs per target token: rnn 150 M" in table
+    assert "| int8 refused on cuda | FAILED |" in table
     assert "| greedy | 900.0 | 30.00 | 99.8% |" in table and "(CPU)" in table
 
 
@@ -144,15 +148,17 @@ def test_gpu_smoke_plan_follows_its_flags(tmp_path, capsys):
         args = gpu_smoke.parse_args(["--data-dir", str(tmp_path), "--runs", str(tmp_path / "runs"), *flags])
         return [step.name for step in gpu_smoke.build_plan(args, {})]
 
-    assert names() == ["tests/test_cuda.py", "quickstart", "int8 refused on cuda", "tokenizer", "train rnn fp32",
-                       "train transformer fp32", "resume transformer fp32", "train rnn bf16", "train transformer bf16",
-                       "decode rnn", "decode transformer", "attribution rnn", "attribution transformer"]
-    assert names("--tests", "suite", "--quickstart-steps", "0", "--archs", "transformer", "--precisions", "fp16",
-                 "--sentences", "0") == ["test suite", "tokenizer", "train transformer fp16", "int8 refused on cuda",
-                                         "attribution transformer"]  # int8 on the first run; no fp32 run to resume
+    assert names() == ["tests/test_cuda.py", "matmul peak", "quickstart", "int8 refused on cuda", "tokenizer",
+                       "train rnn fp32", "train transformer fp32", "resume transformer fp32", "train rnn bf16",
+                       "train transformer bf16", "decode rnn", "decode transformer", "attribution rnn",
+                       "attribution transformer"]
+    assert names("--tests", "suite", "--peak-seconds", "0", "--quickstart-steps", "0", "--archs", "transformer",
+                 "--precisions", "fp16", "--sentences", "0") == [
+        "test suite", "tokenizer", "train transformer fp16", "int8 refused on cuda",
+        "attribution transformer"]  # int8 on the first run's checkpoint; no fp32 run to resume
     assert names("--tests", "none", "--quickstart-steps", "0", "--precisions", "fp32", "--resume-steps", "0",
                  "--attribution-sentences", "0", "--archs", "rnn") == [
-        "tokenizer", "train rnn fp32", "int8 refused on cuda", "decode rnn"]
+        "matmul peak", "tokenizer", "train rnn fp32", "int8 refused on cuda", "decode rnn"]
     assert gpu_smoke.main(["--data-dir", str(tmp_path), "--dry-run", "--quickstart-steps", "40"]) == 0  # no GPU
     assert "--max-steps 40" in capsys.readouterr().out
 
@@ -184,7 +190,8 @@ def test_gpu_smoke_rewrites_its_record_after_every_step_and_skips_what_the_budge
     monkeypatch.setattr(gpu_smoke, "shared_tokenizer", fake_tokenizer)
     monkeypatch.setattr(gpu_smoke, "load_checkpoint", lambda path: {"progress": {"step": 500}})  # never grows
     args = gpu_smoke.parse_args(["--data-dir", str(tmp_path), "--runs", str(tmp_path / "runs"), "--out", str(out),
-                                 "--budget-minutes", "3", "--sentences", "0", "--attribution-sentences", "0"])
+                                 "--budget-minutes", "3", "--sentences", "0", "--attribution-sentences", "0",
+                                 "--peak-seconds", "0"])
     record = {"gpu": "stub", "capability": "9.0", "steps": {}}
     plan = gpu_smoke.build_plan(args, record)
     gpu_smoke.execute(plan, record, args, clock=lambda: now[0])
@@ -208,6 +215,39 @@ def test_gpu_smoke_rewrites_its_record_after_every_step_and_skips_what_the_budge
     with pytest.raises(gpu_smoke.StepTimeout):
         with gpu_smoke.time_limit(0.05):
             time.sleep(2)
+
+
+def test_gpu_smoke_counts_each_architectures_flops_once_and_shares_the_peak_of_the_runs_precision(tmp_path,
+                                                                                                 monkeypatch):
+    import gpu_smoke
+
+    counted = []
+    monkeypatch.setattr(gpu_smoke, "flops_per_target_token", lambda run_dir, work: counted.append(run_dir) or 2e8)
+    record = {"matmul_tflop_per_s": {"fp32": 50.0, "bf16": 500.0}}
+    assert gpu_smoke.throughput_entry(record, "rnn", "fp32", tmp_path / "rnn-fp32", 100_000) == {
+        "model_tflop_s": 20.0, "of_peak": 0.4}
+    assert gpu_smoke.throughput_entry(record, "rnn", "bf16", tmp_path / "rnn-bf16", 250_000) == {
+        "model_tflop_s": 50.0, "of_peak": 0.1}
+    assert gpu_smoke.throughput_entry(record, "rnn", "fp16", tmp_path / "rnn-fp16", 250_000) == {
+        "model_tflop_s": 50.0}  # no fp16 peak measured: no share
+    assert counted == [tmp_path / "rnn-fp32"] and record["flops_per_tgt_token"] == {"rnn": 2e8}
+
+
+def test_gpu_smoke_counts_model_flops_per_target_token_of_a_run(tmp_path):
+    """The count on a real (tiny, CPU) run: about 6 x the parameters a token passes through, no scratch left."""
+    import gpu_smoke
+
+    from seq2seq.cli import config_from_flags
+    from seq2seq.training.run import train
+
+    run = tmp_path / "run"
+    cfg = config_from_flags(["--device", "cpu", "--max-steps", "2", "--output-dir", str(run), "--cache-dir",
+                             str(tmp_path / "cache")])
+    result = train(cfg, quiet=True)
+    assert json.loads((run / "summary.json").read_text())["peak_cuda_memory_mb"] is None  # not on CUDA
+    flops = gpu_smoke.flops_per_target_token(run, tmp_path / "scratch", device="cpu")
+    assert 2 * result.parameters < flops < 12 * result.parameters
+    assert not (tmp_path / "scratch").exists()
 
 
 def test_gpu_smoke_resume_check_needs_the_step_count_to_grow_and_finite_losses(tmp_path, monkeypatch):

@@ -18,6 +18,7 @@ from ..metrics import corpus_scores
 from ..tokenizer import Tokenizer
 from ..runtime import (
     log,
+    peak_cuda_memory_mb,
     peak_rss_mb,
     precision_warning,
     resolve_device,
@@ -38,6 +39,7 @@ class TrainResult:
     test_scores: dict[str, Any] = field(default_factory=dict)
     parameters: int = 0
     peak_rss_mb: float = 0.0
+    peak_cuda_memory_mb: float | None = None  # None off CUDA
     rank: int = 0  # under torchrun, only rank 0's result has test scores and reports
 
     @property
@@ -105,7 +107,8 @@ def _train(cfg: RunConfig, resume: bool, quiet: bool, final_test: bool) -> Train
             shutil.rmtree(out, ignore_errors=True)
         raise
     result = TrainResult(out, out / "best.pt", out / "last.pt", progress,
-                         parameters=trainer.model.num_parameters(), peak_rss_mb=peak_rss_mb(), rank=trainer.rank)
+                         parameters=trainer.model.num_parameters(), peak_rss_mb=peak_rss_mb(),
+                         peak_cuda_memory_mb=peak_cuda_memory_mb(trainer.device), rank=trainer.rank)
     log("stop", reason=progress.stopped, step=progress.step, best_bleu=progress.best_bleu,
         best_step=progress.best_step, tok_s=round(result.tokens_per_second))
     if not trainer.main:
@@ -178,6 +181,7 @@ def write_summary(result: TrainResult) -> None:
         "best_valid_bleu": p.best_bleu, "best_step": p.best_step, "elapsed_s": p.elapsed,
         "train_s": p.train_seconds, "train_tgt_tokens": p.tgt_tokens,
         "train_tgt_tokens_per_s": result.tokens_per_second, "peak_rss_mb": result.peak_rss_mb,
+        "peak_cuda_memory_mb": result.peak_cuda_memory_mb,
         "test": {name: {"score": s.score, "signature": s.signature} for name, s in result.test_scores.items()},
     }
     with atomic_output(result.output_dir / "summary.json") as handle:
