@@ -10,7 +10,8 @@ The default plan, about 7 to 8 minutes on one H100 (an estimate from CPU timings
 has run it yet), cut at ``--budget-minutes`` (8), the last steps first:
 
 1. ``tests/test_cuda.py`` with CUDA visible (tiny models: fp16/bf16 training, resume, decoding and
-   attribution against the CPU), about 1 minute; ``--tests suite`` runs the whole suite instead
+   attribution against the CPU) and the CPU tests of the GPU paths (``test_gpu_path.py``,
+   ``test_gpu_switches.py``: with CUDA visible they show what assumed a CPU), about 1 minute; ``--tests suite`` runs the whole suite instead
    (raise ``--step-timeout`` and ``--budget-minutes`` for it), ``--tests none`` neither;
 2. the matmul peak: an 8192-cube product in fp32 (TF32 off), bf16 and fp16, ``--peak-seconds`` (1) each;
 3. the quickstart (``seq2seq train``, the toy corpus) on CUDA for ``--quickstart-steps`` steps
@@ -87,6 +88,7 @@ from seq2seq.io_utils import markdown_table
 SYSTEMS = {"rnn": "rnn-bahdanau", "transformer": "transformer"}
 PRECISIONS = ("fp32", "fp16", "bf16")
 TRAIN_START_S = 15  # a training run's start-up and last validation beyond its --minutes (for the budget)
+CUDA_TESTS = ("tests/test_cuda.py", "tests/test_gpu_path.py", "tests/test_gpu_switches.py")  # --tests cuda
 PEAK_SHAPE = (8192, 8192, 8192)  # a square product large enough to reach a data-centre GPU's peak
 PEAK_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -350,7 +352,7 @@ def build_plan(args: argparse.Namespace, record: dict) -> list[Step]:
     py, runs = sys.executable, args.runs
     plan: list[Step] = []
     if args.tests != "none":
-        target = ["tests/test_cuda.py"] if args.tests == "cuda" else []
+        target = list(CUDA_TESTS) if args.tests == "cuda" else []
         plan.append(command_step("tests/test_cuda.py" if target else "test suite",
                                  [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *target]))
     if args.peak_seconds:
