@@ -6,13 +6,14 @@
                                    [--resume-steps 100] [--sentences 200] [--attribution-sentences 3]
                                    [--runs DIR] [--dry-run]
 
-The default plan, about 7 to 8 minutes on one H100 (an estimate from CPU timings of its parts: no GPU
-has run it yet), cut at ``--budget-minutes`` (8), the last steps first:
+The default plan, about 7 minutes on one H100 (425 s on 2026-11-26, record
+``bench-results/gpu-smoke-2026-11-26-h100``), cut at ``--budget-minutes`` (8), the last steps first:
 
 1. ``tests/test_cuda.py`` with CUDA visible (tiny models: fp16/bf16 training, resume, decoding and
    attribution against the CPU) and the CPU tests of the GPU paths (``test_gpu_path.py``,
-   ``test_gpu_switches.py``: with CUDA visible they show what assumed a CPU), about 1 minute; ``--tests suite`` runs the whole suite instead
-   (raise ``--step-timeout`` and ``--budget-minutes`` for it), ``--tests none`` neither;
+   ``test_gpu_switches.py``: with CUDA visible they show what assumed a CPU), about 45 s;
+   ``--tests suite`` runs the whole suite instead (raise ``--step-timeout`` and ``--budget-minutes``
+   for it), ``--tests none`` neither;
 2. the matmul peak: an 8192-cube product in fp32 (TF32 off), bf16 and fp16, ``--peak-seconds`` (1) each;
 3. the quickstart (``seq2seq train``, the toy corpus) on CUDA for ``--quickstart-steps`` steps
    (``--max-steps``; 0 leaves it out), about 30 s;

@@ -364,3 +364,21 @@ def test_subword_benchmark_trains_each_alpha_on_one_tokenizer(data, tmp_path):
     assert alphas == [0.0, 0.2]
     assert (runs / "transformer-alpha0" / "spm.model").read_bytes() == (runs / "transformer-alpha0.2" /
                                                                         "spm.model").read_bytes()
+
+
+def test_gpu_profile_times_decoding_and_training_per_precision_and_backend(data, tmp_path):
+    """On a CPU the same code runs (a smoke test); the profile is taken only for a case at half fp32's rate."""
+    run = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "seq2seq", "train", "--data-dir", str(data), "--src", "en", "--tgt", "de",
+                    "--test-split", "test", "--vocab-size", "60", "--device", "cpu", "--output-dir", str(run),
+                    "--no-final-test", "--quiet", *TINY_MODEL], check=True, cwd=tmp_path, capture_output=True)
+    out = tmp_path / "profile.json"
+    script("gpu_profile.py", "--checkpoint", str(run / "best.pt"), "--data-dir", str(data), "--src", "en", "--tgt",
+           "de", "--test-split", "test", "--device", "cpu", "--sentences", "4", "--train-steps", "2",
+           "--warmup-steps", "1", "--precisions", "fp32", "bf16", "--backends", "default", "math", "--out", str(out),
+           "--work", str(tmp_path / "work"), cwd=tmp_path)
+    record = check_record(out, "gpu-profile")
+    assert set(record["decode"]) == set(record["train"]) == {"fp32 default", "fp32 math", "bf16 default", "bf16 math"}
+    assert record["decode"]["fp32 math"]["same_as_first_config"] == 1.0  # the backends do not differ on a CPU
+    assert all(r["tgt_tokens_per_s"] > 0 for r in record["train"].values()) and record["finished"]
+    assert not (tmp_path / "work").exists()

@@ -86,3 +86,30 @@ def test_an_epoch_whose_every_step_overflows_says_so(tmp_path, cpu_scaler, monke
     message = str(info.value)
     assert "epoch 0 gave no training step: fp16 gradients overflowed at every step" in message
     assert "--precision bf16" in message and "--accumulate" not in message
+
+
+def test_the_fused_attention_kernel_never_runs_as_cudnn_attention_and_the_callers_switches_come_back(monkeypatch):
+    """cuDNN attention builds a plan for every new shape (25x slower fp16 beam search on an H100): the
+    fused path excludes it, keeps the other kernels, and leaves the process's own switches as they were."""
+    import torch.nn.functional as F
+
+    from seq2seq.nn import attention
+
+    seen = []
+    kernel = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        seen.append((torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled(),
+                     torch.backends.cuda.mem_efficient_sdp_enabled(), torch.backends.cuda.math_sdp_enabled()))
+        return kernel(*args, **kwargs)
+
+    monkeypatch.setattr(attention, "fused_kernel_pays", lambda device: True)
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", spy)
+    mha = attention.MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 5, 16)
+    mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])[:, None, None, :]
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    fused, _ = mha(x, x, x, mask=mask)
+    assert seen == [(False, True, True, True)]
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before
+    torch.testing.assert_close(fused, mha(x, x, x, mask=mask, need_weights=True)[0], rtol=1e-5, atol=1e-5)

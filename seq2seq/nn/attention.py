@@ -14,6 +14,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .dropout import dropout as cheap_dropout
 from ..errors import UserError
@@ -296,6 +297,14 @@ def rotate(x: torch.Tensor, start: int = 0, base: float = 10000.0) -> torch.Tens
 # --------------------------------------------------------------------- multi-head attention
 
 
+FUSED_BACKENDS = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
+"""The kernels ``F.scaled_dot_product_attention`` may pick here: every backend but cuDNN attention.
+PyTorch prefers cuDNN attention for fp16/bf16 on Hopper GPUs, and it builds an execution plan for
+every new (batch, heads, lengths) shape: with the lengths of NMT batches and of incremental decoding
+changing all the time, that made half-precision training and beam decoding on an H100 many times
+slower than under the memory-efficient kernel (docs/benchmarks.md, "On a GPU")."""
+
+
 def fused_kernel_pays(device: torch.device) -> bool:
     """Whether ``MultiHeadAttention`` uses ``F.scaled_dot_product_attention`` (when it need not
     return weights): off CPU. On CPU the explicit path is the faster one at NMT sizes, in training
@@ -388,8 +397,9 @@ class MultiHeadAttention(nn.Module):
         else:
             if bias is not None:  # the relative logits are the kernel's additive float mask
                 mask = bias if mask is None else bias.masked_fill(~mask, torch.finfo(bias.dtype).min)
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
-                                                     is_causal=fused_causal)
+            with sdpa_kernel(list(FUSED_BACKENDS)):  # not cuDNN: a new plan for every shape (FUSED_BACKENDS)
+                context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
+                                                         is_causal=fused_causal)
             weights = None
         context = context.transpose(1, 2).reshape(query.size(0), query.size(1), -1)  # (B, Tq, D)
         return self.out_proj(context), weights
