@@ -55,6 +55,12 @@ def parse_args(argv: list[str] | None):
                    help="target prefixes, one per input line (an empty line: none): each translation starts with "
                         "its prefix verbatim, the search continues from there; a prefix not ending in a space "
                         "may end inside a word, which the search completes")
+    p.add_argument("--constraints", metavar="FILE",
+                   help="terminology: per input line, the target phrases (tab-separated; an empty line: none) "
+                        "that its translation must contain, each verbatim (constrained beam search with dynamic "
+                        "beam allocation; with --beam-size 1 a constrained greedy search)")
+    p.add_argument("--ordered-constraints", action="store_true",
+                   help="with --constraints: the phrases must appear in the order given")
     p.add_argument("--output-format", choices=("text", "jsonl"), default="text",
                    help="text: one translation per line (with --n-best: 'index ||| translation ||| score'); "
                         "jsonl: one JSON object per input with score, log_prob and each target piece's and "
@@ -109,6 +115,8 @@ def job_from_args(args: argparse.Namespace) -> TranslateJob:
     """The flags as a checked ``TranslateJob`` (torch and the model code are imported only once they are valid)."""
     align = align_config(args)
     check_decoding(args.beam_size, args.n_best, args.sample, args.top_k, args.top_p, args.temperature, args.seed)
+    if args.ordered_constraints and not args.constraints:
+        raise UserError("--ordered-constraints orders the phrases of --constraints FILE; give --constraints too")
     if args.max_plots < 0:
         raise UserError(f"--max-plots must be >= 0, got {args.max_plots}")
     from ..jobs.translate import TranslateJob
@@ -120,4 +128,5 @@ def job_from_args(args: argparse.Namespace) -> TranslateJob:
         decode=decode_config(args), device=args.device, precision=args.precision, shortlist=args.shortlist,
         shortlist_sizes=tuple(args.shortlist_sizes) if args.shortlist_sizes else None, alignments=args.alignments,
         plot_dir=args.plot_dir, html=args.html, max_plots=args.max_plots, align=align, attribution=attribution,
-        output_format=args.output_format, prefix=args.prefix, contrast=args.contrast)
+        output_format=args.output_format, prefix=args.prefix, contrast=args.contrast,
+        constraints=args.constraints, ordered_constraints=args.ordered_constraints)

@@ -32,6 +32,8 @@ from ..runtime import LOGGER, allow_tf32, precision_warning, resolve_device
 from .scoring import pad_ids
 from .shortlist import FILE_NAME, Shortlist
 from .ensemble import EnsembleModel
+from .constrained import ConstraintTooLong, constrained_beam_search
+from .constraints import SentenceConstraints
 from .prefix import Prefixes, PrefixSpeller
 from .search import Sampling, attach_confidence, translate_batch
 from ..tokenizer import EOS_ID, PAD_ID, Tokenizer
@@ -223,6 +225,8 @@ class Translator:
         seed: int | None = DecodeConfig.seed,
         confidence: bool = False,
         prefix: Sequence[str] | None = None,
+        constraints: Sequence[Sequence[str]] | None = None,
+        ordered_constraints: bool = False,
     ) -> list[Translation]:
         """Translate ``sentences`` (a list of strings, one sentence each); the result is in input
         order. The defaults are ``seq2seq translate``'s (``DecodeConfig``: beam 5). ``batch_size``
@@ -245,7 +249,13 @@ class Translator:
         (greedy, beam, sampling and ensembles alike; ``seq2seq.decoding.prefix``): the search goes
         through the prefix's pieces and continues from there; a prefix not ending in whitespace may
         end inside a word, which the search completes. The prefix's tokens are part of the output
-        (its attention, its log-probability). An empty input still gives an empty output."""
+        (its attention, its log-probability). An empty input still gives an empty output.
+
+        ``constraints`` (one list of target phrases per sentence, [] = none) makes every output of
+        that sentence contain every phrase (terminology; lexically constrained beam search with
+        dynamic beam allocation, ``seq2seq.decoding.constrained``; beam or greedy, not sampling), in
+        the order given with ``ordered_constraints``. Phrases more than the sentence's length bound
+        can hold are an error naming the input line."""
         if isinstance(sentences, (str, bytes)):
             raise UserError("Translator.translate takes a list of sentences, got one string; "
                             "use translate([text]) (a string would be read as one sentence per character)")
@@ -259,6 +269,7 @@ class Translator:
             raise UserError(f"--batch-size must be positive, got {batch_size}")
         encoded = [self._encode(text, line) for line, text in enumerate(sentences, start=first_line)]
         steps = self._prefix_steps(prefix, len(sentences), first_line)
+        wanted = self._constraints(constraints, ordered_constraints, len(sentences), sample)
         results: list[Translation | None] = [None] * len(sentences)
         order = sorted((i for i, ids in enumerate(encoded) if ids), key=lambda i: -len(encoded[i]))
         for i, text in enumerate(sentences):
@@ -277,12 +288,30 @@ class Translator:
             prefixes = None if steps is None else Prefixes([steps[i] for i in batch], self.tokenizer.vocab_size)
             if prefixes is not None and vocabulary is not None:  # a shortlist keeps the prefix's tokens
                 vocabulary = torch.unique(torch.cat([vocabulary, prefixes.token_ids().to(vocabulary.device)]))
-            hypotheses = translate_batch(
-                self.model, src, src_mask, beam_size=beam_size, length_penalty=length_penalty,
-                n_best=n_best, max_len_ratio=max_output_ratio, need_attention=need_attention and not ensemble,
-                vocabulary=vocabulary, sampling=sampling, sentence_ids=[first_line - 1 + i for i in batch],
-                prefixes=prefixes,
-            )
+            batch_constraints = None if wanted is None or not any(wanted[i].phrases for i in batch) else [
+                wanted[i] for i in batch]
+            if batch_constraints is not None:
+                if vocabulary is not None:  # a shortlist keeps the constraints' tokens
+                    kept = sorted(set().union(*(c.token_ids() for c in batch_constraints)))
+                    vocabulary = torch.unique(torch.cat([vocabulary, torch.tensor(kept, device=vocabulary.device)]))
+                try:
+                    hypotheses = constrained_beam_search(
+                        self.model, src, src_mask, batch_constraints, beam_size=beam_size,
+                        length_penalty=length_penalty, n_best=n_best, max_len_ratio=max_output_ratio,
+                        need_attention=need_attention and not ensemble, vocabulary=vocabulary, prefixes=prefixes)
+                except ConstraintTooLong as exc:
+                    raise UserError(
+                        f"--constraints line {first_line + batch[exc.index]}: the phrases need {exc.needed} target "
+                        f"pieces{' with the prefix' if prefixes is not None else ''}, but this input's output may "
+                        f"have at most {exc.bound} (its source length x --max-output-ratio {max_output_ratio:g} "
+                        "+ 10): shorten or drop a phrase, or raise --max-output-ratio") from None
+            else:
+                hypotheses = translate_batch(
+                    self.model, src, src_mask, beam_size=beam_size, length_penalty=length_penalty,
+                    n_best=n_best, max_len_ratio=max_output_ratio, need_attention=need_attention and not ensemble,
+                    vocabulary=vocabulary, sampling=sampling, sentence_ids=[first_line - 1 + i for i in batch],
+                    prefixes=prefixes,
+                )
             members = (self.model.attach_member_attention(src, src_mask, hypotheses)
                        if ensemble and need_attention else [None] * len(batch))
             if confidence:
@@ -307,6 +336,27 @@ class Translator:
                 raise UserError(f"--prefix line {line} has {len(sentence_steps)} pieces; this model (learned "
                                 f"positions) produces at most {bound - 1}: shorten the prefix")
         return steps
+
+    def _constraints(self, constraints: Sequence[Sequence[str]] | None, ordered: bool, count: int,
+                     sample: bool) -> list[SentenceConstraints] | None:
+        """Each sentence's phrases as token ids (empty phrases dropped), or None without constraints."""
+        if constraints is None:
+            return None
+        if isinstance(constraints, (str, bytes)) or len(constraints) != count:
+            given = "one string" if isinstance(constraints, (str, bytes)) else f"{len(constraints)} constraint lists"
+            raise UserError(f"--constraints: {given} for {count} sentences; give one list of phrases per sentence "
+                            "([] = none)")
+        result = []
+        for phrases in constraints:
+            if isinstance(phrases, (str, bytes)):
+                raise UserError("--constraints: each sentence's constraints are a list of phrases, got a string; "
+                                "use [[\"phrase\", ...], ...]")
+            ids = tuple(tuple(self.tokenizer.encode(p.strip())) for p in phrases if p.strip())
+            result.append(SentenceConstraints(ids, ordered))
+        if sample and any(c.phrases for c in result):
+            raise UserError("--constraints work with beam search and greedy search, not with --sample; "
+                            "drop --sample or the constraints")
+        return result
 
     def _encode(self, text: str, line: int) -> list[int]:
         text = text.strip()

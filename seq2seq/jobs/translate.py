@@ -55,6 +55,8 @@ class TranslateJob:
     reference: str | None = None  # print BLEU and chrF against this file
     prefix: str | None = None  # one target prefix per input line ("" = none): outputs start with it
     contrast: str | None = None  # one alternative translation per input line: contrastive attribution
+    constraints: str | None = None  # per input line, tab-separated target phrases every output must contain
+    ordered_constraints: bool = False  # the phrases must appear in the order given
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     device: str = "auto"
     precision: str = "fp32"
@@ -86,8 +88,11 @@ def translate_stream(job: TranslateJob) -> int:
         translator.shortlist = translator.shortlist.with_sizes(*job.shortlist_sizes)
     references = read_lines(job.reference, "--reference") if job.reference else None
     per_line = {flag: (path, read_lines(path, flag))  # files with one line per input line
-                for flag, path in (("--prefix", job.prefix), ("--contrast", job.contrast)) if path}
-    prefixes, contrasts = (per_line[flag][1] if flag in per_line else None for flag in ("--prefix", "--contrast"))
+                for flag, path in (("--prefix", job.prefix), ("--contrast", job.contrast),
+                                   ("--constraints", job.constraints)) if path}
+    prefixes, contrasts, constraint_lines = (per_line[flag][1] if flag in per_line else None
+                                             for flag in ("--prefix", "--contrast", "--constraints"))
+    constraints = None if constraint_lines is None else [line.split("\t") for line in constraint_lines]
     interactive = job.input in (None, "-") and sys.stdin.isatty()
     if decode.batch_size is None:
         batch_size = default_batch_size(decode.beam_size, decode.sample, decode.n_best)
@@ -104,6 +109,8 @@ def translate_stream(job: TranslateJob) -> int:
             results = translator.translate(
                 chunk, beam_size=decode.beam_size, length_penalty=decode.length_penalty, n_best=decode.n_best,
                 prefix=None if prefixes is None else prefixes[done:done + len(chunk)],
+                constraints=None if constraints is None else constraints[done:done + len(chunk)],
+                ordered_constraints=job.ordered_constraints,
                 batch_size=batch_size, max_output_ratio=decode.max_output_ratio, need_attention=job.need_attention,
                 first_line=done + 1, sample=decode.sample, top_k=decode.top_k, top_p=decode.top_p,
                 temperature=decode.temperature, seed=decode.seed,
@@ -125,7 +132,8 @@ def translate_stream(job: TranslateJob) -> int:
 
 
 def _check_per_line(per_line: dict[str, tuple[str, list[str]]], source: str | None, seen: int, final: bool) -> None:
-    """Files with one line per input line (``--prefix``, ``--contrast``) must have as many as the input:
+    """Files with one line per input line (``--prefix``, ``--contrast``, ``--constraints``) must have as many
+    as the input:
     more input than lines as soon as it shows, fewer at the end."""
     for flag, (path, lines) in per_line.items():
         if seen > len(lines) or (final and seen != len(lines)):

@@ -66,11 +66,16 @@ def create_app(translator: Translator, settings: ServeSettings | None = None) ->
         if body.prefixes is not None and len(body.prefixes) != len(body.sentences):
             raise HTTPException(422, f"{len(body.prefixes)} prefixes for {len(body.sentences)} sentences; give one "
                                      "per sentence (\"\" = none)")
+        if body.constraints is not None and len(body.constraints) != len(body.sentences):
+            raise HTTPException(422, f"{len(body.constraints)} constraint lists for {len(body.sentences)} sentences; "
+                                     "give one list of phrases per sentence ([] = none)")
         prefixes = body.prefixes or [""] * len(body.sentences)
+        constraints = [tuple(c) for c in body.constraints] if body.constraints else [()] * len(body.sentences)
         finish = partial(response_bytes, settings=settings, alignments=body.alignments, attention=body.attention,
                          confidence=body.confidence)
         try:
-            future = batcher.submit(list(zip(body.sentences, prefixes)), decode_options(body, settings), finish)
+            future = batcher.submit(list(zip(body.sentences, prefixes, constraints)), decode_options(body, settings),
+                                    finish)
         except QueueFull as exc:
             raise HTTPException(429, f"the server is busy: {exc} (--max-queue-sentences); retry after "
                                      "Retry-After seconds", headers={"Retry-After": "1"}) from None
@@ -107,7 +112,7 @@ def decode_options(body: TranslateRequest, settings: ServeSettings) -> DecodeOpt
                                  "(--max-beam-size); ask for a smaller beam")
     penalty = settings.length_penalty if body.length_penalty is None else body.length_penalty
     return DecodeOptions(beam, n_best, penalty, need_attention=body.alignments or body.attention,
-                         need_confidence=body.confidence)
+                         need_confidence=body.confidence, ordered_constraints=body.ordered_constraints)
 
 
 def check_sentences(sentences: list[str], limits: Limits) -> None:
@@ -127,11 +132,14 @@ def check_sentences(sentences: list[str], limits: Limits) -> None:
                                      "\\ud800); send UTF-8 text") from None
 
 
-def translate_batch(translator: Translator, settings: ServeSettings, items: list[tuple[str, str]],
+def translate_batch(translator: Translator, settings: ServeSettings, items: list[tuple[str, str, tuple]],
                     options: DecodeOptions) -> list[Translation]:
-    """The one model call of a batch of (sentence, target prefix) items (in the worker thread)."""
-    sentences, prefixes = [sentence for sentence, _ in items], [prefix for _, prefix in items]
+    """The one model call of a batch of (sentence, target prefix, constraint phrases) items (in the worker
+    thread)."""
+    sentences, prefixes, constraints = ([item[i] for item in items] for i in range(3))
     return translator.translate(sentences, prefix=prefixes if any(prefixes) else None,
+                                constraints=[list(c) for c in constraints] if any(constraints) else None,
+                                ordered_constraints=options.ordered_constraints,
                                 beam_size=options.beam_size, length_penalty=options.length_penalty,
                                 n_best=options.n_best, max_output_ratio=settings.max_output_ratio,
                                 need_attention=options.need_attention, confidence=options.need_confidence)

@@ -34,6 +34,10 @@ class TranslateRequest(BaseModel):
     prefixes: list[str] | None = Field(None, description="one target prefix per sentence (\"\" = none): each "
                                                          "translation starts with it; one not ending in a space "
                                                          "may end inside a word, which the search completes")
+    constraints: list[list[str]] | None = Field(None, description="per sentence, the target phrases its "
+                                                "translation must contain verbatim ([] = none; terminology; "
+                                                "constrained beam search with dynamic beam allocation)")
+    ordered_constraints: bool = Field(False, description="the constraint phrases must appear in the order given")
 
 
 class Alignment(BaseModel):
@@ -129,6 +133,7 @@ class DecodeOptions:
     length_penalty: float
     need_attention: bool
     need_confidence: bool = False
+    ordered_constraints: bool = False
 
 
 def hypothesis_json(translation: Translation, index: int, settings: ServeSettings, alignments: bool,

@@ -1,0 +1,216 @@
+"""Lexically constrained beam search with dynamic beam allocation (Post & Vilar 2018; the banks of
+Hu et al. 2019): every output contains every constraint phrase of its sentence
+(``seq2seq.decoding.constraints``).
+
+It is beam search (``search._Beams``: the same decoder calls, state reordering, finished sentences
+leaving the batch, GNMT length penalty) with another choice of the k hypotheses kept at each step.
+The candidates of a sentence are, for each of its live beams, its 2k best next tokens and every token
+that makes progress on its constraints (``ConstraintState.progress_tokens``), with their scores
+(raw sum of log-probabilities, the model's own). A candidate is dropped when it can no longer meet its
+constraints before the length bound (the tokens it still needs exceed the steps left), and EOS is
+allowed only to a hypothesis that met them all. So when the steps left equal the tokens still needed,
+only the progress tokens survive, and every output that reaches the bound has met its constraints:
+every output meets every constraint.
+
+**Dynamic beam allocation.** The kept candidates are grouped into banks by the constraint tokens they
+have produced (0 .. C). The k beam slots are filled round-robin over the banks, the most advanced bank
+first, each time with the best remaining candidate of that bank: hypotheses that met more constraints
+are not pushed out by unconstrained ones that score higher, and unconstrained ones keep their share.
+As in plain beam search, candidates that end in EOS among the k best by score become finished
+hypotheses; a sentence is done once it has k of them or reaches its length bound.
+
+The bookkeeping is on the host, per sentence and beam (a few Python operations per candidate): the
+cost is measured in docs/benchmarks.md.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+
+from ..errors import UserError
+from ..models.base import EncoderDecoder, select_batch
+from ..tokenizer import BOS_ID, EOS_ID
+from .constraints import ConstraintState, SentenceConstraints
+from .prefix import Prefixes
+from .scoring import eval_mode
+from .search import Hypothesis, _Beams, attach_attention, length_penalty_gnmt, max_lengths
+from .vocabulary import OutputVocabulary
+
+
+def constrained_beam_search(
+    model: EncoderDecoder,
+    src: torch.Tensor,
+    src_mask: torch.Tensor,
+    constraints: Sequence[SentenceConstraints],
+    beam_size: int = 5,
+    length_penalty: float = 1.0,
+    n_best: int = 1,
+    max_len_ratio: float = 1.5,
+    max_len_offset: int = 10,
+    need_attention: bool = True,
+    vocabulary: torch.Tensor | None = None,
+    prefixes: Prefixes | None = None,
+) -> list[list[Hypothesis]]:
+    """Beam search in which every output of sentence i contains every phrase of ``constraints[i]``
+    (see the module docstring); ``n_best`` hypotheses per sentence, best first. ``beam_size`` 1 is a
+    greedy search that meets the constraints. A sentence whose constraints (with its target prefix)
+    need more tokens than its length bound raises ``ConstraintTooLong`` (its index in the batch)."""
+    if not 1 <= n_best <= beam_size:
+        raise UserError(f"need 1 <= --n-best ({n_best}) <= --beam-size ({beam_size})")
+    if len(constraints) != src.size(0):
+        raise ValueError(f"constrained_beam_search: {len(constraints)} constraint sets for {src.size(0)} sentences")
+    limit = max_lengths(model, src_mask, max_len_ratio, max_len_offset, prefixes)
+    prefix_steps = [0] * len(constraints) if prefixes is None else prefixes.lengths(limit.device).tolist()
+    for i, (bound, sentence) in enumerate(zip(limit.tolist(), constraints)):
+        if sentence.total_tokens + prefix_steps[i] > bound:
+            raise ConstraintTooLong(i, sentence.total_tokens, bound)
+    with eval_mode(model, inference=True):
+        beams = _ConstrainedBeams(model, src, src_mask, beam_size, length_penalty, limit,
+                                  OutputVocabulary(model, vocabulary), prefixes, constraints)
+        for t in range(int(limit.max()) + 1):
+            if not beams.advance(t):
+                break
+        hyps = [sorted(done, key=lambda h: -h.score)[:n_best] for done in beams.finished]
+        if need_attention:
+            attach_attention(model, src, src_mask, hyps)
+    return hyps
+
+
+class ConstraintTooLong(UserError):
+    """Sentence ``index`` of a batch needs ``needed`` target tokens for its constraints, more than its
+    length bound ``bound`` allows."""
+
+    def __init__(self, index: int, needed: int, bound: int) -> None:
+        super().__init__(f"the constraints of sentence {index} need {needed} target pieces, more than its "
+                         f"length bound of {bound}")
+        self.index, self.needed, self.bound = index, needed, bound
+
+
+class _ConstrainedBeams(_Beams):
+    """``_Beams`` whose hypotheses carry a ``ConstraintState`` and their tokens on the host, and whose
+    step keeps k hypotheses by dynamic beam allocation (module docstring)."""
+
+    def __init__(self, model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor, k: int, alpha: float,
+                 limit: torch.Tensor, output: OutputVocabulary, prefixes: Prefixes | None,
+                 constraints: Sequence[SentenceConstraints]) -> None:
+        super().__init__(model, src, src_mask, k, alpha, limit, output, prefixes)
+        # per active sentence, per beam: (state, tokens so far), None for an empty slot
+        self.beams: list[list[tuple[ConstraintState, list[int]] | None]] = [
+            [(c.start(), [])] + [None] * (k - 1) for c in constraints]
+        ids = None if output.ids is None else output.ids.tolist()
+        self.column = None if ids is None else {token: c for c, token in enumerate(ids)}
+        self.token_of = (lambda c: c) if ids is None else ids.__getitem__
+
+    def advance(self, t: int) -> bool:
+        """One step for every active sentence (``_Beams.advance``'s contract); False once none is left."""
+        k = self.k
+        first = self.first_state is not None
+        state, tokens = (self.first_state, self.tokens[::k]) if first else (self.state, self.tokens)
+        logits, self.state, _ = self.model.decode_step(self.memory, state, tokens, need_attention=False,
+                                                       output_weight=self.output.weight)
+        if first:
+            logits, self.state, self.first_state = logits[self.expand], select_batch(self.state, self.expand), None
+        force_eos = (t >= self.limit[self.rows]).repeat_interleave(k)
+        allowed = None if self.prefixes is None or t >= self.prefixes.longest else self.prefixes.allowed(
+            t, [sentence for sentence in self.host_rows for _ in range(k)], logits.device)
+        log_p = self.output.log_probs(logits, force_eos, allowed)  # (n * k, V')
+        slots = [slot for beams in self.beams for slot in beams]
+        may_end = torch.tensor([slot is not None and slot[0].done for slot in slots], device=log_p.device)
+        log_p[:, self.output.eos] = log_p[:, self.output.eos].masked_fill(~may_end, float("-inf"))
+        best, columns = log_p.topk(min(2 * k, log_p.size(1)))  # (n * k, m)
+        progress = self._progress(slots)  # [(row, column, token)]
+        progress_lp = log_p[[r for r, _, _ in progress], [c for _, c, _ in progress]].tolist() if progress else []
+        best, columns, scores = best.tolist(), columns.tolist(), self.scores.tolist()
+        extra: dict[int, list[tuple[int, float]]] = {}
+        for (row, _, token), lp in zip(progress, progress_lp):
+            extra.setdefault(row, []).append((token, lp))
+        origins, chosen_tokens, kept_scores, finished, new_beams = [], [], [], [], []
+        for i, sentence in enumerate(self.host_rows):
+            candidates = self._candidates(i, scores[i], best, columns, extra)
+            self._finish_candidates(sentence, self.beams[i], candidates)
+            kept = self._allocate(candidates, self.beams[i], self.host_limit[sentence] - (t + 1))
+            beams = [(state, self.beams[i][j][1] + [token]) for j, token, _, state in kept]
+            beams += [None] * (k - len(kept))
+            origins.append([i * k + j for j, _, _, _ in kept] + [i * k] * (k - len(kept)))
+            chosen_tokens.append([token for _, token, _, _ in kept] + [BOS_ID] * (k - len(kept)))
+            kept_scores.append([total for _, _, total, _ in kept] + [float("-inf")] * (k - len(kept)))
+            finished.append(len(self.finished[sentence]) >= k or t >= self.host_limit[sentence] or not kept)
+            new_beams.append(beams)
+        device = self.rows.device
+        origin = torch.tensor(origins, dtype=torch.long, device=device)  # (n, k)
+        token = torch.tensor(chosen_tokens, dtype=torch.long, device=device)
+        self.scores = torch.tensor(kept_scores, device=device)
+        self.beams = new_beams
+        if any(finished):
+            live = [i for i, f in enumerate(finished) if not f]
+            self.beams = [self.beams[i] for i in live]
+            live_index = torch.tensor(live, dtype=torch.long, device=device)
+            self._drop(live_index, finished)
+            origin, token = origin[live_index], token[live_index]
+            if not self.host_rows:
+                return False
+        self.state = select_batch(self.state, origin.view(-1))
+        self.tokens = token.view(-1)
+        return True
+
+    def _progress(self, slots: list) -> list[tuple[int, int, int]]:
+        """(row, column, token) of every token that makes progress on a live hypothesis's constraints
+        (and that the output vocabulary contains)."""
+        found = []
+        for row, slot in enumerate(slots):
+            if slot is None:
+                continue
+            for token in slot[0].progress_tokens():
+                column = token if self.column is None else self.column.get(token)
+                if column is not None:
+                    found.append((row, column, token))
+        return found
+
+    def _candidates(self, i: int, scores: list[float], best: list, columns: list,
+                    extra: dict) -> list[tuple[int, int, float]]:
+        """(beam, token, total log-probability) of sentence ``i``'s finite candidates, best first."""
+        k, seen, candidates = self.k, set(), []
+        for j in range(k):
+            if self.beams[i][j] is None or scores[j] == float("-inf"):
+                continue
+            row = i * k + j
+            pairs = [(self.token_of(c), lp) for c, lp in zip(columns[row], best[row])] + extra.get(row, [])
+            for token, lp in pairs:
+                total = scores[j] + lp
+                if (j, token) in seen or not math.isfinite(total):
+                    continue
+                seen.add((j, token))
+                candidates.append((j, token, total))
+        candidates.sort(key=lambda c: -c[2])
+        return candidates
+
+    def _finish_candidates(self, sentence: int, beams: list, candidates: list[tuple[int, int, float]]) -> None:
+        """Candidates among the k best that end in EOS become finished hypotheses of ``sentence``
+        (EOS reaches only hypotheses that met every constraint); ``beams`` its (state, tokens)."""
+        for j, token, total in candidates[: self.k]:
+            if token != EOS_ID or len(self.finished[sentence]) >= self.k:
+                continue
+            words = beams[j][1]
+            self.finished[sentence].append(Hypothesis(list(words), total / length_penalty_gnmt(len(words) + 1,
+                                                                                                 self.alpha), total))
+
+    def _allocate(self, candidates: list[tuple[int, int, float]], beams: list, steps_left: int) -> list:
+        """Up to k (beam, token, total, state) continuations: the candidates that do not end and can still
+        meet their constraints in ``steps_left`` tokens, taken round-robin over the banks of constraint
+        tokens met, the most advanced bank first, best first within a bank."""
+        banks: dict[int, list] = {}
+        for j, token, total in candidates:
+            if token == EOS_ID:
+                continue
+            state = beams[j][0].advance(token)
+            if state.needed() > steps_left:
+                continue
+            banks.setdefault(state.met_tokens(), []).append((j, token, total, state))
+        kept, order = [], sorted(banks, reverse=True)
+        while len(kept) < self.k and any(banks[b] for b in order):
+            for bank in order:
+                if banks[bank] and len(kept) < self.k:
+                    kept.append(banks[bank].pop(0))
+        return kept
