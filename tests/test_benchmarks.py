@@ -382,3 +382,17 @@ def test_gpu_profile_times_decoding_and_training_per_precision_and_backend(data,
     assert record["decode"]["fp32 math"]["same_as_first_config"] == 1.0  # the backends do not differ on a CPU
     assert all(r["tgt_tokens_per_s"] > 0 for r in record["train"].values()) and record["finished"]
     assert not (tmp_path / "work").exists()
+
+
+def test_constraints_benchmark_forces_the_rarest_reference_words_and_times_both_searches(data, tmp_path):
+    run = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "seq2seq", "train", "--data-dir", str(data), "--src", "en", "--tgt", "de",
+                    "--test-split", "test", "--vocab-size", "60", "--device", "cpu", "--output-dir", str(run),
+                    "--no-final-test", "--quiet", *TINY_MODEL], check=True, cwd=tmp_path, capture_output=True)
+    out = tmp_path / "constraints.json"
+    script("bench_constraints.py", "--checkpoint", str(run), "--data-dir", str(data), "--src", "en", "--tgt", "de",
+           "--split", "test", "--sentences", "6", "--repeats", "1", "--out", str(out), cwd=tmp_path)
+    record = check_record(out, "constraints")
+    [result] = record["checkpoints"].values()
+    assert result["constrained"]["terms_met"] == 1.0 and len(record["terms"]) == 6
+    assert all(len(terms) <= 1 for terms in record["terms"]) and "| cost |" in out.with_suffix(".md").read_text()
