@@ -1,0 +1,224 @@
+"""Alignment quality against translation quality: AER of attention on hand-made in-domain gold, for
+the presets' plain attention, guided alignment and the attention regularizers, beside the
+statistical aligner eflomal, with test BLEU at equal training time (from the repository root):
+
+    python benchmarks/bench_alignment.py [--data-dir MULTI30K] [--minutes 8] [--variants NAME ...]
+        [--gold examples/gold-alignments/multi30k-val-de-en.100.align] [--parallel] [--runs DIR] [--out FILE]
+
+1. **Gold**: ``--gold`` (Pharaoh, sure ``i-j`` / possible ``i?j``) aligns the first lines of the
+   ``--gold-split`` (val) pairs, one line each (examples/gold-alignments/README.md).
+2. **eflomal** (``seq2seq wordalign``, extra ``align``) on the training split plus those gold pairs,
+   grow-diag-final-and: its links of the gold pairs are scored; its links of the training pairs are the
+   supervision file of the guided variants (``{talp}`` in their flags).
+3. **Runs**: each of ``--variants`` (``VARIANTS``: a preset and extra flags) trained for ``--minutes`` on
+   the training split with one shared SentencePiece model and seed, one after the other with every core,
+   or with ``--parallel`` two at a time with half the cores each; a finished run is reused.
+4. **Scores** of each run's ``best.pt``: test BLEU and chrF (beam 5), and AER on the gold for the
+   alignment ``seq2seq align`` reads by default from that model (``default``) and for every decoder layer
+   (and their mean) x (the mean of heads, and each head): the best of these is tuned on the gold.
+5. **Record** (``--out``, JSON + markdown) after every step, and a figure (PNG beside it): test BLEU
+   against default AER, eflomal's AER as a line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from common import ROOT, add_multi30k_flags, copy_tokenizer, preset_command, provenance, shared_tokenizer, write_record
+from seq2seq.io_utils import display_path, markdown_table, read_lines
+
+#: name -> (preset, extra train flags); ``{talp}`` is eflomal's alignment of the training split
+VARIANTS: dict[str, tuple[str, list[str]]] = {
+    "rnn": ("rnn-bahdanau", []),
+    "rnn-guided": ("rnn-bahdanau", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.5"]),
+    "rnn-entmax": ("rnn-bahdanau", ["--attention-normalizer", "entmax15"]),
+    "transformer": ("transformer", []),
+    "transformer-guided-0.05": ("transformer", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.05"]),
+    "transformer-guided-0.5": ("transformer", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.5"]),
+    "transformer-entropy": ("transformer", ["--attention-entropy", "0.1"]),
+    "transformer-entmax": ("transformer", ["--attention-normalizer", "entmax15"]),
+}
+DEFAULT_VARIANTS = list(VARIANTS)
+
+
+def gold_pairs(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    count = len(read_lines(args.gold))
+    sources = read_lines(args.data_dir / f"{args.gold_split}.{args.src}")[:count]
+    targets = read_lines(args.data_dir / f"{args.gold_split}.{args.tgt}")[:count]
+    return sources, targets
+
+
+def eflomal_links(args: argparse.Namespace, sources: list[str], targets: list[str]) -> Path:
+    """``runs/eflomal.talp``: eflomal on train + the gold pairs (one corpus, so the gold pairs are aligned
+    with the training statistics); ``runs/train.talp`` its training part (the guided supervision)."""
+    home = args.runs
+    whole, train = home / "eflomal.talp", home / "train.talp"
+    if not whole.is_file():
+        train_src = read_lines(args.data_dir / f"train.{args.src}")
+        train_tgt = read_lines(args.data_dir / f"train.{args.tgt}")
+        for name, lines in (("corpus.src", train_src + sources), ("corpus.tgt", train_tgt + targets)):
+            (home / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        subprocess.run([sys.executable, "-m", "seq2seq", "wordalign", "--source", str(home / "corpus.src"),
+                        "--target", str(home / "corpus.tgt"), "--output", str(whole)], check=True, cwd=ROOT)
+        lines = whole.read_text(encoding="utf-8").splitlines()
+        train.write_text("".join(line + "\n" for line in lines[: len(train_src)]), encoding="utf-8")
+    return whole
+
+
+def score_links(lines: list[str], gold) -> dict:
+    from seq2seq.alignment.links import alignment_error_rate, parse_pharaoh
+
+    sure, possible = gold
+    predicted = [parse_pharaoh(line)[0] for line in lines]
+    return vars(alignment_error_rate(predicted, sure, possible))
+
+
+def train_commands(args: argparse.Namespace, spm: Path, threads: int | None) -> list[tuple[str, list[str]]]:
+    talp = str(args.runs / "train.talp")
+    commands = []
+    for name in args.variants:
+        run_dir = args.runs / name
+        if (run_dir / "summary.json").is_file():
+            continue  # finished: reused
+        preset, flags = VARIANTS[name]
+        copy_tokenizer(spm, run_dir)
+        extra = [flag.replace("{talp}", talp) for flag in flags] + ["--max-minutes", str(args.minutes)]
+        if threads:
+            extra += ["--threads", str(threads)]
+        commands.append((name, preset_command(name, preset, args, run_dir, *extra)))
+    return commands
+
+
+def train_all(args: argparse.Namespace, spm: Path) -> None:
+    threads = max(1, (os.cpu_count() or 2) // 2) if args.parallel else None
+    commands = train_commands(args, spm, threads)
+    group = 2 if args.parallel else 1
+    for start in range(0, len(commands), group):
+        processes = [subprocess.Popen(command, cwd=ROOT) for _, command in commands[start:start + group]]
+        for (name, _), process in zip(commands[start:start + group], processes):
+            if process.wait() != 0:
+                raise SystemExit(f"training {name} failed (exit {process.returncode})")
+
+
+def attention_scores(run_dir: Path, sources: list[str], targets: list[str], gold, args) -> dict:
+    """AER of the model's default alignment and of every layer x heads choice; test BLEU / chrF."""
+    from seq2seq.alignment.links import alignment_error_rate
+    from seq2seq.decoding.translator import Translator
+    from seq2seq.jobs.align import force_align
+    from seq2seq.metrics import corpus_scores
+
+    translator = Translator.from_checkpoint(run_dir / "best.pt", device="cpu")
+    model = translator.model
+    sure, possible = gold
+    default_layer, default_heads = default_alignment(translator)
+    choices = {"default": (default_layer, default_heads)}
+    for layer in [*range(model.attention_layers), "all"]:
+        choices[f"layer {layer}, mean"] = (layer, "mean")
+        if model.attention_heads > 1 and layer != "all":
+            choices.update({f"layer {layer}, head {h}": (layer, [h]) for h in range(model.attention_heads)})
+    aer = {}
+    for name, (layer, heads) in choices.items():
+        links = force_align(translator, sources, targets, layer, heads)
+        aer[name] = vars(alignment_error_rate(links, sure, possible))
+    best = min((name for name in aer if name != "default"), key=lambda name: aer[name]["aer"])
+    test_src = read_lines(args.data_dir / f"{args.test_split}.{args.src}")
+    test_ref = read_lines(args.data_dir / f"{args.test_split}.{args.tgt}")
+    outputs = [t.text for t in translator.translate(test_src, beam_size=5, need_attention=False)]
+    scores = corpus_scores(outputs, test_ref, ("bleu", "chrf"))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return {"default": {"layer": default_layer, "heads": default_heads, **aer["default"]}, "best": best,
+            "aer": aer, "test_bleu": scores["bleu"].score, "test_chrf": scores["chrf"].score,
+            "valid_bleu": summary["best_valid_bleu"], "steps": summary["steps"],
+            "tokens_per_s": summary["train_tgt_tokens_per_s"]}
+
+
+def default_alignment(translator) -> tuple:
+    """The layer and heads ``seq2seq align`` reads by default from this model."""
+    from seq2seq.config import AlignConfig
+
+    return AlignConfig.layer, AlignConfig.heads
+
+
+def table(record: dict) -> str:
+    rows = [["eflomal (grow-diag-final-and)", "", "", f"{record['eflomal']['aer']:.3f}", "", ""]]
+    for name, r in record["runs"].items():
+        d = r["default"]
+        best = r["aer"][r["best"]]
+        rows.append([name, f"{r['test_bleu']:.2f}", f"{r['valid_bleu']:.2f}", f"{d['aer']:.3f}",
+                     f"{best['aer']:.3f} ({r['best']})", r["steps"]])
+    head = (f"AER on {record['gold_pairs']} hand-aligned {record['gold_split']} pairs "
+            f"({display_path(record['gold'])}); runs of {record['minutes']:g} minutes each, "
+            f"{'two at a time' if record['parallel'] else 'one after the other'}, {record['machine']['cpu']}\n\n")
+    return head + markdown_table(["system", "test BLEU", "valid BLEU", "AER (default alignment)",
+                                  "AER (best layer/head, tuned on the gold)", "steps"], rows) + "\n"
+
+
+def figure(record: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for name, r in record["runs"].items():
+        marker = "o" if name.startswith("rnn") else "s"
+        ax.scatter(r["default"]["aer"], r["test_bleu"], marker=marker)
+        ax.annotate(name, (r["default"]["aer"], r["test_bleu"]), fontsize=8, xytext=(4, 3),
+                    textcoords="offset points")
+    ax.axvline(record["eflomal"]["aer"], color="grey", linestyle="--", label="eflomal")
+    ax.set_xlabel("AER on the gold (lower is better)")
+    ax.set_ylabel("test BLEU (beam 5)")
+    ax.set_title(f"Alignment against translation, {record['minutes']:g} minutes of training each")
+    ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_multi30k_flags(parser)
+    parser.add_argument("--gold", type=Path, default=ROOT / "examples" / "gold-alignments" /
+                        "multi30k-val-de-en.100.align")
+    parser.add_argument("--gold-split", default="val")
+    parser.add_argument("--minutes", type=float, default=8.0, help="training time of each run (default: 8)")
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=DEFAULT_VARIANTS)
+    parser.add_argument("--parallel", action="store_true", help="two runs at a time, half the cores each")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--runs", type=Path, default=ROOT / "bench-results" / "alignment")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "alignment.json")
+    parser.add_argument("extra", nargs="*", help="after --: extra flags for every training run")
+    args = parser.parse_args(argv)
+    args.device, args.runs = "cpu", args.runs.resolve()
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    from seq2seq.alignment.links import read_gold_alignments
+
+    args = parse_args(argv)
+    args.runs.mkdir(parents=True, exist_ok=True)
+    sources, targets = gold_pairs(args)
+    gold = read_gold_alignments(args.gold, sources, targets)
+    record = {**provenance("alignment"), "gold": str(args.gold), "gold_split": args.gold_split,
+              "gold_pairs": len(sources), "minutes": args.minutes, "parallel": args.parallel,
+              "variants": {name: VARIANTS[name] for name in args.variants}, "runs": {}}
+    eflomal = eflomal_links(args, sources, targets).read_text(encoding="utf-8").splitlines()[-len(sources):]
+    record["eflomal"] = score_links(eflomal, gold)
+    write_record(args.out, record)
+    spm = shared_tokenizer(args, args.runs / "tokenizer")
+    train_all(args, spm)
+    for name in args.variants:
+        record["runs"][name] = attention_scores(args.runs / name, sources, targets, gold, args)
+        write_record(args.out, record, table(record))
+    figure(record, args.out.with_suffix(".png"))
+    print(table(record))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
