@@ -20,6 +20,7 @@ from typing import Callable, Iterator, TypeVar
 
 from datasets import DatasetDict, IterableDataset
 
+from ..alignment.guided import GuidedAlignments
 from ..config import RunConfig
 from ..data import Batch, TokenBatchSampler, TokenColumns, make_batches, prepare_data
 from ..errors import UserError
@@ -39,6 +40,7 @@ class PreparedCorpus:
     rank: int = 0  # this process's shard of the training batches ...
     world_size: int = 1  # ... out of this many (see TokenBatchSampler)
     subword_alpha: float = 0.0  # > 0: each epoch's segmentation of the training split is sampled
+    guided: GuidedAlignments | None = None  # guided alignment: the training pairs' word links
 
     def __post_init__(self) -> None:
         self.columns = {name: TokenColumns(data) for name, data in self.splits.items()}
@@ -52,7 +54,16 @@ class PreparedCorpus:
     def train_batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
         """This rank's batches of ``epoch`` in training order, skipping the first ``start``."""
         columns, sampler = self.epoch_columns(epoch)
-        return make_batches(columns, sampler.batches(epoch)[start:])
+        batches = make_batches(columns, sampler.batches(epoch)[start:])
+        return batches if self.guided is None else self._with_gold(columns, batches)
+
+    def _with_gold(self, columns: TokenColumns, batches: Iterator[Batch]) -> Iterator[Batch]:
+        """Guided alignment: each batch with its gold attention (``Batch.guide``), mapped to the
+        pieces it holds (the epoch's sampled segmentation too)."""
+        for batch in batches:
+            src, tgt = columns.pairs(batch.indices)
+            batch.guide = self.guided.gold(batch.indices, src, tgt, (batch.tgt_in.size(1), batch.src.size(1)))
+            yield batch
 
     def epoch_columns(self, epoch: int) -> tuple[TokenColumns, TokenBatchSampler]:
         """The training split's ids for ``epoch``: the cached best segmentation, or with
@@ -117,6 +128,9 @@ def prepare_run_corpus(cfg: RunConfig, output_dir: Path, quiet: bool = False,
     if cfg.data.streaming and cfg.data.subword_alpha:
         raise UserError("--subword-alpha samples a segmentation of the whole training split per epoch; it "
                         "needs a prepared corpus, not --streaming")
+    if cfg.data.streaming and cfg.data.guided_alignment:
+        raise UserError("--guided-alignment pairs each training pair with its alignment line by position in the "
+                        "training data; it needs a prepared corpus, not --streaming")
     if cfg.data.streaming:
         from ..data.streaming import prepare_stream
 
@@ -132,8 +146,11 @@ def prepare_run_corpus(cfg: RunConfig, output_dir: Path, quiet: bool = False,
         raise UserError("the training split is empty; check --data-dir / --train-file and the filters")
     log("corpus", quiet=quiet, vocab=tokenizer.vocab_size,
         **{f"{name}_pairs": len(data) for name, data in splits.items()})
+    guided = None
+    if cfg.data.guided_alignment:
+        guided = GuidedAlignments.from_split(splits["train"], tokenizer, cfg.data.guided_alignment)
     return PreparedCorpus(tokenizer, splits, cfg.data.max_tokens, cfg.train.seed, rank, world,
-                          subword_alpha=cfg.data.subword_alpha)
+                          subword_alpha=cfg.data.subword_alpha, guided=guided)
 
 
 def _reuse_main(tokenizer_path: Path, prepare: Callable[[], T]) -> T:
