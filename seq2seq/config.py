@@ -483,7 +483,7 @@ def _valid_keys(cls: type, path: tuple) -> str:
 
 SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 
-#: How ``seq2seq wordalign`` combines the two directions' links (``jobs.wordalign.symmetrized``).
+#: How ``seq2seq wordalign`` combines the two directions' links (``alignment.eflomal.symmetrized``).
 SYMMETRIZATIONS = ("grow-diag-final-and", "grow-diag-final", "intersection", "forward", "backward")
 
 #: What ``--resume`` may change (the ``train`` fields): the stopping limits and validation rhythm, and

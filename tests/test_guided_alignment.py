@@ -302,3 +302,19 @@ def test_a_guided_rnn_run_and_its_resume(tmp_path):
         torch.testing.assert_close(resumed["model"][name], tensor, rtol=0, atol=0)
     metrics = [json.loads(line) for line in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in metrics if "guided_loss" in r] == [2, 4, 6]
+
+
+def test_eflomal_alignments_are_computed_once_and_cached(tmp_path):
+    pytest.importorskip("eflomal")
+    run = ["train", *COMMON, *SMALL_TRANSFORMER, "--toy-size", "200", "--max-steps", "2", "--cache-dir",
+           str(tmp_path / "cache"), "--guided-alignment", "eflomal"]
+    code, _, err = run_main(run + ["--output-dir", str(tmp_path / "a")])
+    assert code == 0, err
+    [links] = (tmp_path / "cache").glob("guided-eflomal-*.talp")
+    assert len(links.read_text(encoding="utf-8").splitlines()) == 200  # a line per raw training pair
+    written = links.stat().st_mtime_ns
+    code, _, err = run_main(run + ["--output-dir", str(tmp_path / "b")])
+    assert code == 0, err
+    assert links.stat().st_mtime_ns == written  # reused, not recomputed
+    saved = load_checkpoint(tmp_path / "b" / "last.pt")["config"]
+    assert saved["data"]["guided_alignment"] == "eflomal" and saved["train"]["guided_heads"] == [0]
