@@ -318,3 +318,29 @@ def test_eflomal_alignments_are_computed_once_and_cached(tmp_path):
     assert links.stat().st_mtime_ns == written  # reused, not recomputed
     saved = load_checkpoint(tmp_path / "b" / "last.pt")["config"]
     assert saved["data"]["guided_alignment"] == "eflomal" and saved["train"]["guided_heads"] == [0]
+
+
+@pytest.mark.slow  # torchrun: two training processes
+def test_two_guided_processes_match_one_accumulating_process(tmp_path):
+    """The guided term is normalised like the translation loss: DDP = accumulation over the same batches."""
+    from test_distributed import ROOT, TINY, config_from_flags, torchrun
+
+    from seq2seq.training.run import train
+
+    path = toy_alignment_file(tmp_path / "toy.talp", 300)
+    guided = [*TINY, "--guided-alignment", str(path), "--guided-alignment-weight", "1", "--cache-dir",
+              str(tmp_path / "cache")]
+    torchrun(str(ROOT / "train.py"), *guided, "--max-steps", "6", "--output-dir", str(tmp_path / "ddp"))
+    threads = torch.get_num_threads()
+    try:
+        train(config_from_flags([*guided, "--accumulate", "2", "--max-steps", "6", "--output-dir",
+                                 str(tmp_path / "single")]), quiet=True)
+    finally:
+        torch.set_num_threads(threads)
+    ddp, single = (load_checkpoint(tmp_path / name / "last.pt")["model"] for name in ("ddp", "single"))
+    for key, value in single.items():
+        torch.testing.assert_close(ddp[key], value, rtol=1e-5, atol=1e-6, msg=key)
+    logged = [json.loads(line) for line in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    single_logged = [json.loads(line) for line in (tmp_path / "single" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["guided_loss"] for r in logged if r["kind"] == "train"] == pytest.approx(
+        [r["guided_loss"] for r in single_logged if r["kind"] == "train"], rel=1e-5)
