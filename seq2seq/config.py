@@ -140,6 +140,11 @@ class DataConfig:
         0.0, "subword regularization (Kudo 2018): each epoch trains on a freshly sampled SentencePiece "
              "segmentation of the training split, smoothing alpha (unigram; BPE: dropout probability); "
              "validation, test and translation use the best segmentation (0 = off)")
+    guided_alignment: str | None = option(
+        None, "guided alignment training (Garg et al. 2019): word alignments of the training pairs, a file of "
+              "Pharaoh lines (0-based source-target links of whitespace words, one line per training pair before "
+              "cleaning; a pair that cleaning drops drops its line), or 'eflomal': computed with seq2seq wordalign "
+              "on the training pairs and cached")
     shuffle_buffer: int = option(10_000, "streaming: pairs held in the shuffle buffer")
     stream_window: int = option(100, "streaming: sort by length within windows of this many batches")
 
@@ -185,6 +190,13 @@ class TrainConfig:
         0, "keep the N best checkpoints by validation BLEU in RUN/checkpoints/ (for seq2seq average)")
     keep_last: NonNegativeInt = option(0, "keep the N newest validation / periodic checkpoints in RUN/checkpoints/")
     tensorboard: str | None = option(None, "write TensorBoard logs (scalars, attention heatmaps) to this directory")
+    guided_alignment_weight: NonNegativeFloat = option(
+        0.05, "guided alignment (--guided-alignment): weight lambda of the alignment loss added to the "
+              "translation loss")
+    guided_layer: int = option(-2, "guided alignment: the decoder layer whose cross-attention is supervised "
+                                   "(negative counts from the top; an RNN has one)")
+    guided_heads: list[int] = option(None, "guided alignment: the supervised head(s) of --guided-layer; the "
+                                           "loss supervises their mean", default_factory=lambda: [0])
     compile: bool = option(False, "torch.compile the model (slow to start on CPU)")
     threads: int = option(0, "CPU threads (0 = PyTorch's default)")
 
@@ -298,14 +310,26 @@ class AlignConfig:
                   "at least `threshold` of the (renormalized) row")
     threshold: float = option(0.3, "share of a row for method threshold, in (0, 1]")
     include_eos: bool = option(False, "keep the source EOS column and target EOS row in matrices and links")
+    model_default: bool = option(False, "layer and heads were not chosen: for a model trained with guided "
+                                        "alignment, read the layer and heads it supervised (``for_model``)")
 
     @classmethod
     def from_flags(cls, layer: str, heads: str, method: str = "argmax", threshold: float = 0.3,
-                   include_eos: bool = False) -> "AlignConfig":
-        """From the spelling of ``--align-layer`` / ``--align-heads`` ("-2", "all"; "mean", "0,2"), checked."""
-        config = cls(parse_layer(layer), parse_heads(heads), method, threshold, include_eos)
+                   include_eos: bool = False, model_default: bool = False) -> "AlignConfig":
+        """From the spelling of ``--align-layer`` / ``--align-heads`` ("-2", "all"; "mean", "0,2"), checked;
+        ``model_default``: neither flag was given (see ``for_model``)."""
+        config = cls(parse_layer(layer), parse_heads(heads), method, threshold, include_eos, model_default)
         config.check()
         return config
+
+    def for_model(self, supervised: tuple[int, list[int]] | None) -> "AlignConfig":
+        """The settings for a model whose ``RunConfig.supervised_attention()`` is ``supervised``: with
+        ``model_default`` and a model trained with guided alignment, its supervised layer and heads (the
+        attention trained to align words); otherwise unchanged."""
+        if not self.model_default or supervised is None:
+            return self
+        layer, heads = supervised
+        return dataclasses.replace(self, layer=layer, heads=list(heads), model_default=False)
 
     def check(self) -> None:
         if self.method not in ("argmax", "threshold"):
@@ -387,6 +411,14 @@ class RunConfig:
         rnn-luong --data-dir multi30k --src de --tgt en``."""
         return cls.from_dict(merge_layers([preset(name), sections])).resolved()
 
+    def supervised_attention(self) -> tuple[int, list[int]] | None:
+        """(decoder layer, heads) whose cross-attention guided alignment trained to align words (the
+        run's ``train.guided_layer`` / ``guided_heads``), or None for a run without ``data.guided_alignment``.
+        Alignment export, ``seq2seq align`` and ``serve`` read this attention by default (``AlignConfig``)."""
+        if not self.data.guided_alignment:
+            return None
+        return self.train.guided_layer, list(self.train.guided_heads)
+
     def resolved(self) -> "RunConfig":
         """A checked copy with every architecture-dependent default (None) filled in."""
         cfg = RunConfig.from_dict(self.to_dict(), source="config")  # re-checks values set in Python
@@ -451,7 +483,7 @@ def _valid_keys(cls: type, path: tuple) -> str:
 
 SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 
-#: How ``seq2seq wordalign`` combines the two directions' links (``jobs.wordalign.symmetrized``).
+#: How ``seq2seq wordalign`` combines the two directions' links (``alignment.eflomal.symmetrized``).
 SYMMETRIZATIONS = ("grow-diag-final-and", "grow-diag-final", "intersection", "forward", "backward")
 
 #: What ``--resume`` may change (the ``train`` fields): the stopping limits and validation rhythm, and

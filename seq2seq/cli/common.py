@@ -79,6 +79,8 @@ class DeprecatedAlias(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         print(f"warning: {option_string} is deprecated and will be removed; use {self.new}", file=sys.stderr)
         setattr(namespace, self.dest, values)
+        if self.dest in ("align_layer", "align_heads"):  # the attention was chosen (``_ChosenAttention``)
+            namespace.align_chosen = True
 
 
 def parser_for(command: str, description: str) -> argparse.ArgumentParser:
@@ -127,6 +129,8 @@ def add_dataclass_flags(parser: argparse._ActionsContainer, cls: type, dest_pref
             parser.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, **kwargs)
         elif "tuple" in str(hint):
             parser.add_argument(_flag(f.name), type=float, nargs=2, metavar=("B1", "B2"), **kwargs)
+        elif hint == list[int]:
+            parser.add_argument(_flag(f.name), type=int, nargs="+", metavar="N", **kwargs)
         else:
             kind, choices = _scalar(hint)
             parser.add_argument(_flag(f.name), type=kind, choices=choices,
@@ -232,13 +236,15 @@ def add_alignment_flags(parser: argparse._ActionsContainer, include_eos: bool = 
     """Which attention becomes the alignment matrix, and how hard links are read from it (``AlignConfig``,
     whose defaults they show); with ``include_eos`` also ``--include-eos``."""
     default = AlignConfig()
-    parser.add_argument("--align-layer", default=default.layer_flag,
+    parser.add_argument("--align-layer", default=default.layer_flag, action=_ChosenAttention,
                         help="decoder layer of the aggregate: index (negative counts from the top) or 'all' "
                              f"(mean of all layers) (default: {default.layer_flag}, the penultimate: Garg et al. "
-                             "2019 found it aligns best; the only layer of an RNN)")
-    parser.add_argument("--align-heads", default=default.heads_flag,
+                             "2019 found it aligns best; the only layer of an RNN; a model trained with guided "
+                             "alignment: the layer it supervised)")
+    parser.add_argument("--align-heads", default=default.heads_flag, action=_ChosenAttention,
                         help="'mean' (average all heads) or comma-separated head indices to average "
-                             f"(default: {default.heads_flag})")
+                             f"(default: {default.heads_flag}; a model trained with guided alignment: the heads "
+                             "it supervised)")
     parser.add_argument("--align-method", choices=("argmax", "threshold"), default=default.method,
                         help="hard links: argmax = one source word per target word; threshold = every source "
                              f"word with at least --align-threshold of the (renormalized) row (default: "
@@ -253,10 +259,21 @@ def add_alignment_flags(parser: argparse._ActionsContainer, include_eos: bool = 
                                  "(default: dropped, so EOS never appears as an alignment point)")
 
 
+class _ChosenAttention(argparse._StoreAction):
+    """``--align-layer`` / ``--align-heads``: stores the value and notes that the attention was chosen
+    (otherwise a model trained with guided alignment reads its supervised heads: ``AlignConfig.for_model``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.align_chosen = True
+
+
 def align_config(args: argparse.Namespace) -> AlignConfig:
-    """The alignment flags as a checked ``AlignConfig``."""
+    """The alignment flags as a checked ``AlignConfig``; without --align-layer / --align-heads it follows
+    the model's supervised attention (``model_default``)."""
     return AlignConfig.from_flags(args.align_layer, args.align_heads, args.align_method, args.align_threshold,
-                                  getattr(args, "include_eos", AlignConfig.include_eos))
+                                  getattr(args, "include_eos", AlignConfig.include_eos),
+                                  model_default=not getattr(args, "align_chosen", False))
 
 
 def job_config(cls: type[T], args: argparse.Namespace, **given: Any) -> T:

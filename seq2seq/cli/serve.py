@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         if translator.shortlist is None:
             raise UserError("--shortlist-sizes needs --shortlist")
         translator.shortlist = translator.shortlist.with_sizes(*args.shortlist_sizes)
+    align = align.for_model(translator.supervised_attention)  # a guided model: its supervised heads
     check_layer_heads(align.layer, align.heads, translator.model)
     settings = ServeSettings(limits=limits, beam_size=args.beam_size, n_best=args.n_best,
                              length_penalty=args.length_penalty, max_output_ratio=args.max_output_ratio,

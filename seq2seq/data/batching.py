@@ -34,6 +34,9 @@ class Batch:
     tgt_mask: torch.Tensor  # (batch, tgt_len) bool
     indices: list[int]  # dataset row of each batch entry
     token_counts: tuple[int, int] | None = field(default=None, repr=False)  # cached (src, tgt)
+    #: guided alignment training: (batch, tgt_len, src_len) float, row t the gold distribution over the
+    #: source of the attention predicting tgt_out[t]; all-zero rows are not supervised
+    guide: torch.Tensor | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -62,7 +65,8 @@ class Batch:
 
     def _map(self, move) -> "Batch":
         return Batch(move(self.src), move(self.src_mask), move(self.tgt_in), move(self.tgt_out),
-                     move(self.tgt_mask), self.indices, self._counts())
+                     move(self.tgt_mask), self.indices, self._counts(),
+                     None if self.guide is None else move(self.guide))
 
 
 def pad_batch(src_seqs: Sequence, tgt_seqs: Sequence, indices: list[int]) -> Batch:

@@ -20,6 +20,7 @@ from ..config import DataConfig
 from ..errors import UserError
 from ..toy import TOY_VERSION, toy_corpus
 from .cleaning import clean_corpus
+from .guided import attach_alignment_lines
 from .files import load_table_files, load_text_dir, parallel_line_pairs, table_pairs
 from .hub import load_hub
 from .schema import PAIR_FEATURES
@@ -116,8 +117,12 @@ def _train_on_disk(cfg: DataConfig, kind: str) -> Dataset:
 
 
 def load_clean_corpus(cfg: DataConfig) -> tuple[DatasetDict, dict]:
-    """``load_corpus`` then ``clean_corpus`` with the config's filters; returns (corpus, stats)."""
-    return clean_corpus(load_corpus(cfg), cfg.max_len, cfg.max_len_ratio, split_sources(cfg))
+    """``load_corpus`` then ``clean_corpus`` with the config's filters; returns (corpus, stats). With
+    ``guided_alignment`` the training pairs carry their alignment lines through cleaning (``guided.py``)."""
+    corpus = load_corpus(cfg)
+    if cfg.guided_alignment:
+        corpus["train"] = attach_alignment_lines(corpus["train"], cfg.guided_alignment)
+    return clean_corpus(corpus, cfg.max_len, cfg.max_len_ratio, split_sources(cfg))
 
 
 def split_sources(cfg: DataConfig) -> dict[str, str | None]:

@@ -15,7 +15,8 @@ from ..config import DataConfig
 from ..io_utils import current_umask
 from ..tokenizer import EOS_ID, Tokenizer, load_or_train_tokenizer
 from .corpus import corpus_fingerprint, corpus_texts, load_clean_corpus, raw_dir
-from .schema import ENCODED_FEATURES, SPLITS
+from .guided import alignment_fingerprint
+from .schema import ENCODED_FEATURES, GUIDED_FEATURES, SPLITS
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,8 @@ def encode_pairs(batch: dict, tokenizer: Tokenizer) -> dict:
 
 
 def encode_corpus(dd: DatasetDict, tokenizer: Tokenizer, num_proc: int = 1) -> DatasetDict:
-    """Add ``src_ids`` (pieces + EOS) and ``tgt_ids`` (pieces only; collate adds BOS/EOS).
+    """Add ``src_ids`` (pieces + EOS) and ``tgt_ids`` (pieces only; collate adds BOS/EOS); other
+    columns (a training split's guided alignment lines) are kept.
 
     Uses ``Dataset.map``, so datasets backed by Arrow files are cached by ``datasets`` itself.
     """
@@ -40,8 +42,9 @@ def encode_corpus(dd: DatasetDict, tokenizer: Tokenizer, num_proc: int = 1) -> D
             out[split] = _empty_encoded()
             continue
         procs = num_proc if num_proc > 1 and len(dataset) >= 1000 * num_proc else None
+        features = GUIDED_FEATURES if "align" in dataset.column_names else ENCODED_FEATURES
         out[split] = dataset.map(encode_pairs, batched=True, batch_size=1000, num_proc=procs,
-                                 fn_kwargs={"tokenizer": tokenizer}, features=ENCODED_FEATURES,
+                                 fn_kwargs={"tokenizer": tokenizer}, features=features,
                                  desc=f"Encoding {split}")
     return DatasetDict(out)
 
@@ -57,8 +60,11 @@ def _load_cached(path: Path) -> DatasetDict:
 
 
 def cache_key(cfg: DataConfig, tokenizer: Tokenizer) -> str:
-    """Fingerprint of (corpus source, cleaning settings, tokenizer model bytes, encoding version)."""
+    """Fingerprint of (corpus source, cleaning settings, tokenizer model bytes, encoding version, and the
+    content of the guided alignment file, if any)."""
     parts = {"corpus": corpus_fingerprint(cfg), "tokenizer": tokenizer.sha256(), "version": ENCODING_VERSION}
+    if cfg.guided_alignment:  # the alignment lines are columns of the cached training split
+        parts["guided_alignment"] = alignment_fingerprint(cfg.guided_alignment)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
 

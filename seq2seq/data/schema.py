@@ -11,6 +11,8 @@ ENCODED_FEATURES = Features({
     "src_ids": List(Value("int32")),  # source pieces + EOS
     "tgt_ids": List(Value("int32")),  # target pieces, no BOS/EOS (collate adds them)
 })
+# A training split with guided alignment lines (``guided.py``): the line's text and its number in the file.
+GUIDED_FEATURES = Features({**ENCODED_FEATURES, "align": Value("string"), "align_line": Value("int64")})
 # The flag that names each split's file stem in --data-dir (for error messages).
 SPLIT_FLAGS = {"train": "--train-split", "validation": "--valid-split", "test": "--test-split"}
 

@@ -133,6 +133,9 @@ class Translator:
         self.shortlist = shortlist
         self.checkpoints = [str(c) for c in checkpoints]  # where the model (ensemble members) came from
         self._speller: PrefixSpeller | None = None  # built on the first call with prefixes
+        #: (layer, heads) that guided alignment trained to align (``RunConfig.supervised_attention``), read by
+        #: default by the alignment export, ``seq2seq align`` and ``serve`` (``AlignConfig.for_model``)
+        self.supervised_attention: tuple[int, list[int]] | None = None
 
     @classmethod
     def from_checkpoint(cls, path: str | Path | Sequence[str | Path], device: str = "auto",
@@ -204,8 +207,10 @@ class Translator:
                                 f"{config.model.vocab_size}; rebuild it with `seq2seq shortlist`")
         models = [_build(member, dev, precision) for member in loaded]
         model = models[0] if len(models) == 1 else EnsembleModel(models)
-        return cls(model, tokenizer, dev, max_input_tokens, shortlist,
-                   checkpoints=[str(p.path if isinstance(p, LoadedCheckpoint) else p) for p in paths])
+        translator = cls(model, tokenizer, dev, max_input_tokens, shortlist,
+                         checkpoints=[str(p.path if isinstance(p, LoadedCheckpoint) else p) for p in paths])
+        translator.supervised_attention = config.supervised_attention()  # an ensemble's attention is its first's
+        return translator
 
     def translate(
         self,

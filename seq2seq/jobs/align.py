@@ -6,7 +6,8 @@
 Gold alignments refer to the given (reference) translation, not to what the model would produce,
 so the target is force-decoded: one teacher-forced pass gives the attention over the source for
 every target token. Attention is aggregated (``--align-layer``, default the penultimate decoder layer;
-``--align-heads``, default their mean), merged to words (words = SentencePiece '▁' boundaries = the
+``--align-heads``, default their mean; a model trained with guided alignment: the layer and heads it
+supervised), merged to words (words = SentencePiece '▁' boundaries = the
 whitespace tokens of the files, so pass the files tokenized as the gold alignments are), EOS is
 dropped, and hard links are read with ``--align-method`` argmax or threshold.
 
@@ -107,12 +108,14 @@ def evaluate(job: AlignJob) -> dict[str, AlignmentScores]:
     sources, targets, sure, possible = _read_parallel(job)
     settings = dict(method=job.align.method, threshold=job.align.threshold, batch_size=job.batch_size)
     forward = Translator.from_checkpoint(job.checkpoint, device=job.device)
-    layer, heads = check_layer_heads(job.align.layer, job.align.heads, forward.model)
+    align = job.align.for_model(forward.supervised_attention)  # a guided model: its supervised heads
+    layer, heads = check_layer_heads(align.layer, align.heads, forward.model)
     systems = {"forward": force_align(forward, sources, targets, layer, heads, **settings,
                                       names=(f"--source {job.source}", f"--target {job.target}"))}
     if job.backward_checkpoint:
         backward = Translator.from_checkpoint(job.backward_checkpoint, device=job.device)
-        b_layer, b_heads = check_layer_heads(job.align.layer, job.align.heads, backward.model)
+        b_align = job.align.for_model(backward.supervised_attention)
+        b_layer, b_heads = check_layer_heads(b_align.layer, b_align.heads, backward.model)
         links = force_align(backward, targets, sources, b_layer, b_heads, **settings,
                             names=(f"--target {job.target}", f"--source {job.source}"))
         systems["backward"] = [transpose_links(x) for x in links]

@@ -10,7 +10,8 @@ methods' attribution matrices of the chosen output) is exported as one JSONL
 record (+ npz arrays) and plotted; see seq2seq/alignment/ and docs/formats.md for the
 schema. The aggregate matrix defaults to the penultimate decoder layer averaged over heads
 (--align-layer -2 --align-heads mean): Garg et al. (2019) found that layer's attention aligns
-best; RNNs have one layer and use it. EOS is dropped from matrices and links unless --include-eos.
+best; RNNs have one layer and use it; a model trained with guided alignment defaults to the layer
+and heads it supervised (``AlignConfig.for_model``). EOS is dropped from matrices and links unless --include-eos.
 With several checkpoints (an ensemble) the record's matrices and plots are the first checkpoint's
 attention, and the record's ``members`` list (+ ``member{m}_attention`` npz arrays) holds every
 member's, aggregated with the same options. With --n-best N the record is the best hypothesis and
@@ -19,6 +20,7 @@ own attention, matrices and links.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from contextlib import ExitStack
@@ -82,6 +84,7 @@ def translate_stream(job: TranslateJob) -> int:
     translator = Translator.from_checkpoints(job.checkpoints, device=job.device,
                                              max_input_tokens=decode.max_input_tokens, precision=job.precision,
                                              shortlist=job.shortlist)
+    job = dataclasses.replace(job, align=job.align.for_model(translator.supervised_attention))
     if job.shortlist_sizes is not None:
         if translator.shortlist is None:
             raise UserError("--shortlist-sizes needs --shortlist")

@@ -2,20 +2,20 @@
 (Östling & Tiedemann 2016: a Bayesian IBM model with a fertility and an HMM distortion model,
 sampled with Gibbs sampling), as Pharaoh lines.
 
-eflomal aligns the corpus in both directions; the two sets of links are symmetrized here
-(``alignment.links``: grow-diag-final-and by default, as Koehn et al. 2005 and fast_align's
+eflomal aligns the corpus in both directions; the two sets of links are symmetrized
+(``alignment.eflomal``: grow-diag-final-and by default, as Koehn et al. 2005 and fast_align's
 ``atools``). Words are the whitespace tokens of the files, as in ``seq2seq align``'s gold, so the
 output can be scored against a gold with the same tokenization, used as a baseline for attention's
-alignments, or as supervision. The aligner is a dependency, not this project's code: the product here
-is the command, the symmetrization and the file checks (pip install 'seq2seq[align]').
+alignments, or as supervision (``seq2seq train --guided-alignment``). The aligner is a dependency, not
+this project's code: the product here is the command, the symmetrization and the file checks
+(pip install 'seq2seq[align]').
 """
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
-from ..alignment.links import Link, grow_diag_final, intersect_alignments, parse_pharaoh, to_pharaoh
+from ..alignment.eflomal import eflomal_links
+from ..alignment.links import to_pharaoh
 from ..config import SYMMETRIZATIONS
 from ..errors import UserError
 from ..io_utils import atomic_output, read_lines
@@ -41,7 +41,7 @@ def word_align(job: WordAlignJob) -> int:
     if job.symmetrize not in SYMMETRIZATIONS:
         raise UserError(f"--symmetrize must be one of {', '.join(SYMMETRIZATIONS)}, got {job.symmetrize!r}")
     try:
-        import eflomal
+        import eflomal  # noqa: F401
     except ImportError:
         raise UserError(MISSING) from None
     sources, targets = read_lines(job.source, "--source"), read_lines(job.target, "--target")
@@ -50,34 +50,8 @@ def word_align(job: WordAlignJob) -> int:
                         f"{len(targets)}; they must correspond line by line")
     if not sources:
         raise UserError(f"--source {job.source} is empty: nothing to align")
-    with tempfile.TemporaryDirectory() as scratch:
-        forward, backward = Path(scratch) / "fwd", Path(scratch) / "rev"
-        aligner = eflomal.Aligner(model=job.model, n_iterations=job.iterations)
-        # eflomal counts a line per sentence: an empty side is a sentence with no words (no links)
-        aligner.align([s + "\n" for s in sources], [t + "\n" for t in targets],
-                      links_filename_fwd=str(forward), links_filename_rev=str(backward), quiet=True)
-        fwd, rev = _read_links(forward, len(sources)), _read_links(backward, len(sources))
-    links = [symmetrized(f, r, job.symmetrize) for f, r in zip(fwd, rev)]
+    links = eflomal_links(sources, targets, job.symmetrize, job.model, job.iterations)
     with atomic_output(job.output) as out:
         out.writelines(to_pharaoh(sentence) + "\n" for sentence in links)
     log("wordalign", pairs=len(links), links=sum(map(len, links)), symmetrize=job.symmetrize, output=job.output)
     return len(links)
-
-
-def symmetrized(forward: set[Link], backward: set[Link], how: str) -> set[Link]:
-    """Both directions' (source, target) links combined as ``how`` says (``SYMMETRIZATIONS``)."""
-    if how == "forward":
-        return set(forward)
-    if how == "backward":
-        return set(backward)
-    if how == "intersection":
-        return intersect_alignments(forward, backward)
-    return grow_diag_final(forward, backward, final_and=how == "grow-diag-final-and")
-
-
-def _read_links(path: Path, pairs: int) -> list[set[Link]]:
-    """eflomal's links of one direction: a line per pair, ``i-j`` with i the source word in both files
-    (the reverse file is already in source-target order, as fast_align -r writes it)."""
-    lines = path.read_text(encoding="utf-8").split("\n")[:pairs]
-    lines += [""] * (pairs - len(lines))
-    return [parse_pharaoh(line)[0] for line in lines]

@@ -90,10 +90,13 @@ class EncoderDecoder(nn.Module):
         return self.generator(features) if output_weight is None else F.linear(features, output_weight)
 
     def forward(
-        self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, need_attention: bool = False
+        self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, need_attention: bool = False,
+        attention_layer: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Teacher forcing: tgt_in (batch, tgt_len) starting with bos -> logits (batch, tgt_len, vocab)
-        and, if asked, attention (batch, L, H, tgt_len, src_len)."""
+        and, if asked, attention (batch, L, H, tgt_len, src_len); without ``need_attention``, an
+        ``attention_layer`` index in 0..L-1 asks for that layer's alone, (batch, 1, H, tgt_len, src_len),
+        differentiable (guided alignment training), at the cost of that layer's weights only."""
         raise NotImplementedError
 
     def num_parameters(self) -> int:

@@ -330,10 +330,12 @@ class RNNEncoderDecoder(EncoderDecoder):
         return logits, state, weights[:, None, None] if need_attention else None  # (B, 1, 1, S)
 
     def forward(
-        self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, need_attention: bool = False
+        self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, need_attention: bool = False,
+        attention_layer: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         memory = self.encode(src, src_mask)
         emb = self.dropout(self.embed_tgt(tgt_in))  # (B, T, E), dropout once outside the time loop
         features, weights = self.decoder(memory, self.init_state(memory), emb)
         logits = self.generator(self.dropout(features))  # (B, T, V): one matmul for all steps
-        return logits, weights[:, None, None] if need_attention else None  # (B, 1, 1, T, S)
+        wanted = need_attention or attention_layer is not None  # the one layer is every layer
+        return logits, weights[:, None, None] if wanted else None  # (B, 1, 1, T, S)

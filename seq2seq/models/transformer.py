@@ -215,16 +215,20 @@ class TransformerEncoderDecoder(EncoderDecoder):
         return {"self_kv": [(empty, empty) for _ in self.decoder]}
 
     def _decode(self, memory: dict, x: torch.Tensor, caches: list | None, need_attention: bool,
-                output_weight: torch.Tensor | None = None):
-        """Run the decoder stack on embedded x (B, T, D) -> logits (B, T, V), caches, weights."""
+                output_weight: torch.Tensor | None = None, attention_layer: int | None = None):
+        """Run the decoder stack on embedded x (B, T, D) -> logits (B, T, V), caches, weights: every
+        layer's (B, L, H, T, S) with ``need_attention``, else layer ``attention_layer``'s (B, 1, H, T, S)
+        (only that layer computes its weights explicitly) or None."""
         mask = memory["src_mask"][:, None, None, :]  # (B, 1, 1, S)
         new_caches, weights = [], []
         for i, layer in enumerate(self.decoder):
             cache = None if caches is None else caches[i]
-            x, cache, w = layer(x, memory["cross_kv"][i], mask, cache, need_attention)
+            x, cache, w = layer(x, memory["cross_kv"][i], mask, cache, need_attention or i == attention_layer)
             new_caches.append(cache), weights.append(w)
         logits = self.logits(self.dec_norm(x), output_weight)
-        return logits, new_caches, torch.stack(weights, 1) if need_attention else None  # (B, L, H, T, S)
+        if need_attention:
+            return logits, new_caches, torch.stack(weights, 1)  # (B, L, H, T, S)
+        return logits, new_caches, None if attention_layer is None else weights[attention_layer][:, None]
 
     def decode_step(
         self, memory: dict, state: dict, tokens: torch.Tensor, need_attention: bool = True,
@@ -236,8 +240,10 @@ class TransformerEncoderDecoder(EncoderDecoder):
         return logits[:, 0], {"self_kv": caches}, weights[:, :, :, 0] if need_attention else None
 
     def forward(
-        self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, need_attention: bool = False
+        self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, need_attention: bool = False,
+        attention_layer: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         memory = self.encode(src, src_mask)
-        logits, _, weights = self._decode(memory, self.tgt_embed(tgt_in), None, need_attention)
+        logits, _, weights = self._decode(memory, self.tgt_embed(tgt_in), None, need_attention,
+                                          attention_layer=attention_layer)
         return logits, weights

@@ -14,20 +14,26 @@ The training process reads the cached corpus memory-mapped: only the token-id co
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
 from datasets import DatasetDict, IterableDataset
 
-from ..config import RunConfig
+from ..alignment.guided import GuidedAlignments
+from ..alignment.links import to_pharaoh
+from ..config import DataConfig, RunConfig
 from ..data import Batch, TokenBatchSampler, TokenColumns, make_batches, prepare_data
+from ..data.corpus import corpus_fingerprint, load_corpus
 from ..errors import UserError
+from ..io_utils import atomic_output
 from ..runtime import log
 from ..tokenizer import EOS_ID, Tokenizer
 from . import distributed
 
 T = TypeVar("T")
+EFLOMAL = "eflomal"  # --guided-alignment eflomal: compute the links (``alignment_file``)
 
 
 @dataclass
@@ -39,6 +45,7 @@ class PreparedCorpus:
     rank: int = 0  # this process's shard of the training batches ...
     world_size: int = 1  # ... out of this many (see TokenBatchSampler)
     subword_alpha: float = 0.0  # > 0: each epoch's segmentation of the training split is sampled
+    guided: GuidedAlignments | None = None  # guided alignment: the training pairs' word links
 
     def __post_init__(self) -> None:
         self.columns = {name: TokenColumns(data) for name, data in self.splits.items()}
@@ -52,7 +59,16 @@ class PreparedCorpus:
     def train_batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
         """This rank's batches of ``epoch`` in training order, skipping the first ``start``."""
         columns, sampler = self.epoch_columns(epoch)
-        return make_batches(columns, sampler.batches(epoch)[start:])
+        batches = make_batches(columns, sampler.batches(epoch)[start:])
+        return batches if self.guided is None else self._with_gold(columns, batches)
+
+    def _with_gold(self, columns: TokenColumns, batches: Iterator[Batch]) -> Iterator[Batch]:
+        """Guided alignment: each batch with its gold attention (``Batch.guide``), mapped to the
+        pieces it holds (the epoch's sampled segmentation too)."""
+        for batch in batches:
+            src, tgt = columns.pairs(batch.indices)
+            batch.guide = self.guided.gold(batch.indices, src, tgt, (batch.tgt_in.size(1), batch.src.size(1)))
+            yield batch
 
     def epoch_columns(self, epoch: int) -> tuple[TokenColumns, TokenBatchSampler]:
         """The training split's ids for ``epoch``: the cached best segmentation, or with
@@ -117,6 +133,9 @@ def prepare_run_corpus(cfg: RunConfig, output_dir: Path, quiet: bool = False,
     if cfg.data.streaming and cfg.data.subword_alpha:
         raise UserError("--subword-alpha samples a segmentation of the whole training split per epoch; it "
                         "needs a prepared corpus, not --streaming")
+    if cfg.data.streaming and cfg.data.guided_alignment:
+        raise UserError("--guided-alignment pairs each training pair with its alignment line by position in the "
+                        "training data; it needs a prepared corpus, not --streaming")
     if cfg.data.streaming:
         from ..data.streaming import prepare_stream
 
@@ -126,14 +145,44 @@ def prepare_run_corpus(cfg: RunConfig, output_dir: Path, quiet: bool = False,
             **{f"{name}_pairs": len(data) for name, data in splits.items()})
         return StreamingCorpus(tokenizer, splits, cfg.data.max_tokens, cfg.train.seed, rank, world,
                                stream=stream, window=cfg.data.stream_window)
+    data = dataclasses.replace(cfg.data, guided_alignment=str(alignment_file(cfg.data))) \
+        if cfg.data.guided_alignment else cfg.data
     tokenizer, splits = distributed.main_first(lambda: _reuse_main(tokenizer_path, lambda: prepare_data(
-        cfg.data, tokenizer_path, cfg.data.cache_dir, tokenizer=given)))
+        _with_computed_alignments(cfg.data, data), tokenizer_path, cfg.data.cache_dir, tokenizer=given)))
     if len(splits["train"]) == 0:
         raise UserError("the training split is empty; check --data-dir / --train-file and the filters")
     log("corpus", quiet=quiet, vocab=tokenizer.vocab_size,
         **{f"{name}_pairs": len(data) for name, data in splits.items()})
+    guided = None
+    if cfg.data.guided_alignment:
+        guided = GuidedAlignments.from_split(splits["train"], tokenizer, data.guided_alignment)
     return PreparedCorpus(tokenizer, splits, cfg.data.max_tokens, cfg.train.seed, rank, world,
-                          subword_alpha=cfg.data.subword_alpha)
+                          subword_alpha=cfg.data.subword_alpha, guided=guided)
+
+
+def alignment_file(data: DataConfig) -> Path:
+    """The Pharaoh file of ``--guided-alignment``: the one given, or with ``eflomal`` the links computed
+    for the training pairs, kept in the cache directory under the corpus fingerprint (``cache_dir /
+    guided-eflomal-<fingerprint>.talp``)."""
+    if data.guided_alignment != EFLOMAL:
+        return Path(data.guided_alignment)
+    return Path(data.cache_dir) / f"guided-eflomal-{corpus_fingerprint(data)[:20]}.talp"
+
+
+def _with_computed_alignments(given: DataConfig, data: DataConfig) -> DataConfig:
+    """``data`` (``given`` with its alignment file), after computing that file with eflomal on the raw
+    training pairs if ``given`` asks for it and the cache has none (rank 0 only: ``main_first``)."""
+    path = Path(data.guided_alignment or "")
+    if given.guided_alignment == EFLOMAL and not path.is_file():
+        from ..alignment.eflomal import eflomal_links
+
+        train = load_corpus(given)["train"]  # line N of the file = raw training pair N, as for a given file
+        log("guided_alignment", computing="eflomal", pairs=len(train), output=path)
+        links = eflomal_links(list(train["src"]), list(train["tgt"]))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_output(path) as out:
+            out.writelines(to_pharaoh(pair) + "\n" for pair in links)
+    return data
 
 
 def _reuse_main(tokenizer_path: Path, prepare: Callable[[], T]) -> T:

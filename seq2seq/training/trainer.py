@@ -2,7 +2,8 @@
 
 Adam/AdamW; warmup + inverse-sqrt schedule for the Transformer, plateau decay (on validation loss)
 for the RNN; label-smoothed cross-entropy over target tokens; gradient clipping and accumulation;
-autocast precision; validation loss and BLEU every ``eval_every`` steps and/or every
+autocast precision; with ``--guided-alignment`` an alignment loss on one layer's cross-attention
+(``guided.py``); validation loss and BLEU every ``eval_every`` steps and/or every
 ``eval_every_minutes`` of the run's clock; early stopping on BLEU;
 ``best.pt`` and ``last.pt`` written atomically (``last.pt`` also every ``save_every`` steps or
 ``save_every_minutes``, so a killed run loses at most that much); the best / newest snapshots kept in
@@ -56,6 +57,7 @@ from ..runtime import (
 )
 from . import distributed
 from .corpus import PreparedCorpus
+from .guided import GuidedTraining
 from .rng import rng_state, set_rng_state
 from .optim import build_optimizer, build_scheduler, sequence_loss
 from .tensorboard import TensorBoardLog
@@ -97,6 +99,8 @@ class Trainer:
         self.rank, self.world, self.main = distributed.rank(), distributed.world_size(), distributed.is_main()
         self.out = Path(cfg.output_dir)
         self.model = build_model(cfg.model).to(self.device)
+        self.guided = GuidedTraining.for_run(cfg, self.model)  # guided alignment: the supervised attention
+        self._guided_loss = torch.zeros(())  # this rank's guided loss per target token at the last step
         self.optimizer = build_optimizer(self.model, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.precision = resolve_precision(self.device, cfg.train.precision)  # auto: this hardware's choice
@@ -308,14 +312,20 @@ class Trainer:
         self.model.train()
         total_tokens = group.tokens if isinstance(group, StepGroup) else sum(b.num_tgt_tokens for b in group)
         normaliser = total_tokens / self.world
-        total_loss = torch.zeros((), device=self.device)
+        total_loss, total_guided = torch.zeros((), device=self.device), torch.zeros((), device=self.device)
+        attention = {} if self.guided is None else {"attention_layer": self.guided.layer}
         for i, batch in enumerate(group):
             batch = batch.to(self.device)
             with distributed.no_sync(self.ddp, sync=i == len(group) - 1):
                 with autocast(self.device, self.precision):
-                    logits, _ = self.forward(batch.src, batch.src_mask, batch.tgt_in)
+                    logits, weights = self.forward(batch.src, batch.src_mask, batch.tgt_in, **attention)
                 loss = sequence_loss(logits, batch.tgt_out, self.cfg.train.label_smoothing, reuse_logits=True)
-                self.scaler.scale(loss / normaliser).backward()
+                objective = loss
+                if self.guided is not None:  # + lambda * sum_t KL(gold_t || attention_t)
+                    guided = self.guided.loss(weights, batch.guide)
+                    objective = loss + self.guided.weight * guided
+                    total_guided += guided.detach()
+                self.scaler.scale(objective / normaliser).backward()
             total_loss += loss.detach()
         self.scaler.unscale_(self.optimizer)
         if self.cfg.train.clip_norm > 0:
@@ -332,6 +342,7 @@ class Trainer:
             self.last_step_skipped, self._scale = scale < self._scale, scale
         if not self.last_step_skipped and not isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
             self.scheduler.step()
+        self._guided_loss = total_guided / max(total_tokens, 1)
         return total_loss / max(total_tokens, 1), total_tokens
 
     def _after_step(self, rank_loss: torch.Tensor, tokens: int, bar) -> None:
@@ -339,14 +350,15 @@ class Trainer:
         lr = self.optimizer.param_groups[0]["lr"]
         bar.update(1)
         if p.step % max(tc.log_every, 1) == 0:  # the only place the loop waits for the device's loss
-            [loss] = distributed.all_reduce_sum([float(rank_loss)])
+            [loss, guided] = distributed.all_reduce_sum([float(rank_loss), float(self._guided_loss)])
             tok_s = p.tgt_tokens / max(p.train_seconds, 1e-9)
             bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:.0f}")
-            self.tensorboard.scalars("train", {"loss": loss, "lr": lr, "tokens_per_s": tok_s}, p.step)
-            self.metrics.write({"kind": "train", "step": p.step, "epoch": p.epoch, "loss": loss, "lr": lr,
+            extra = {} if self.guided is None else {"guided_loss": guided}  # per target token, unweighted
+            self.tensorboard.scalars("train", {"loss": loss, **extra, "lr": lr, "tokens_per_s": tok_s}, p.step)
+            self.metrics.write({"kind": "train", "step": p.step, "epoch": p.epoch, "loss": loss, **extra, "lr": lr,
                                 "tokens_per_s": tok_s, "elapsed": p.elapsed})
             if self.quiet:
-                log("train", step=p.step, epoch=p.epoch, loss=loss, lr=lr, tok_s=round(tok_s))
+                log("train", step=p.step, epoch=p.epoch, loss=loss, **extra, lr=lr, tok_s=round(tok_s))
         if tc.eval_every and p.step % tc.eval_every == 0:
             self._evaluate_and_checkpoint()
 
