@@ -1,7 +1,8 @@
 """The training loop, shared by every architecture.
 
 Adam/AdamW; warmup + inverse-sqrt schedule for the Transformer, plateau decay (on validation loss)
-for the RNN; label-smoothed cross-entropy over target tokens; gradient clipping and accumulation;
+for the RNN; label-smoothed cross-entropy over target tokens, plus an optional cross-attention
+entropy penalty (``attention_entropy.py``); gradient clipping and accumulation;
 autocast precision; validation loss and BLEU every ``eval_every`` steps and/or every
 ``eval_every_minutes`` of the run's clock; early stopping on BLEU;
 ``best.pt`` and ``last.pt`` written atomically (``last.pt`` also every ``save_every`` steps or
@@ -55,6 +56,7 @@ from ..runtime import (
     seed_everything,
 )
 from . import distributed
+from .attention_entropy import EntropyPenalty
 from .corpus import PreparedCorpus
 from .rng import rng_state, set_rng_state
 from .optim import build_optimizer, build_scheduler, sequence_loss
@@ -97,6 +99,9 @@ class Trainer:
         self.rank, self.world, self.main = distributed.rank(), distributed.world_size(), distributed.is_main()
         self.out = Path(cfg.output_dir)
         self.model = build_model(cfg.model).to(self.device)
+        self.entropy_penalty = EntropyPenalty(cfg.train.attention_entropy_weight, cfg.train.attention_entropy_layer,
+                                              self.model.attention_layers)
+        self.attention_entropy: torch.Tensor | None = None  # of the last step, per target token (this rank)
         self.optimizer = build_optimizer(self.model, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.precision = resolve_precision(self.device, cfg.train.precision)  # auto: this hardware's choice
@@ -313,10 +318,14 @@ class Trainer:
             batch = batch.to(self.device)
             with distributed.no_sync(self.ddp, sync=i == len(group) - 1):
                 with autocast(self.device, self.precision):
-                    logits, _ = self.forward(batch.src, batch.src_mask, batch.tgt_in)
+                    logits, attention = self.forward(batch.src, batch.src_mask, batch.tgt_in,
+                                                     self.entropy_penalty.active)
                 loss = sequence_loss(logits, batch.tgt_out, self.cfg.train.label_smoothing, reuse_logits=True)
-                self.scaler.scale(loss / normaliser).backward()
+                penalty = self.entropy_penalty(attention, batch.tgt_out)  # 0 when off
+                self.scaler.scale((loss + penalty) / normaliser).backward()
             total_loss += loss.detach()
+        entropy = self.entropy_penalty.take()
+        self.attention_entropy = None if entropy is None else entropy / max(total_tokens, 1)
         self.scaler.unscale_(self.optimizer)
         if self.cfg.train.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip_norm)
@@ -339,14 +348,16 @@ class Trainer:
         lr = self.optimizer.param_groups[0]["lr"]
         bar.update(1)
         if p.step % max(tc.log_every, 1) == 0:  # the only place the loop waits for the device's loss
-            [loss] = distributed.all_reduce_sum([float(rank_loss)])
+            entropy = [] if self.attention_entropy is None else [float(self.attention_entropy)]
+            loss, *entropy = distributed.all_reduce_sum([float(rank_loss)] + entropy)
+            extra = {"attention_entropy": entropy[0]} if entropy else {}  # nats per target token
             tok_s = p.tgt_tokens / max(p.train_seconds, 1e-9)
             bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:.0f}")
-            self.tensorboard.scalars("train", {"loss": loss, "lr": lr, "tokens_per_s": tok_s}, p.step)
-            self.metrics.write({"kind": "train", "step": p.step, "epoch": p.epoch, "loss": loss, "lr": lr,
+            self.tensorboard.scalars("train", {"loss": loss, **extra, "lr": lr, "tokens_per_s": tok_s}, p.step)
+            self.metrics.write({"kind": "train", "step": p.step, "epoch": p.epoch, "loss": loss, **extra, "lr": lr,
                                 "tokens_per_s": tok_s, "elapsed": p.elapsed})
             if self.quiet:
-                log("train", step=p.step, epoch=p.epoch, loss=loss, lr=lr, tok_s=round(tok_s))
+                log("train", step=p.step, epoch=p.epoch, loss=loss, **extra, lr=lr, tok_s=round(tok_s))
         if tc.eval_every and p.step % tc.eval_every == 0:
             self._evaluate_and_checkpoint()
 
