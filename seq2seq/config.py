@@ -40,6 +40,10 @@ def option(default: Any, help: str, **kwargs: Any) -> Any:
     return field(default=default, metadata=metadata)
 
 
+#: Model fields a fine-tuning run (``--init-from``) may change: they have no parameters.
+FINE_TUNABLE = ("dropout", "attention_normalizer")
+
+
 @dataclass
 class ModelConfig:
     """Architecture and size. ``vocab_size`` is filled in from the tokenizer."""
@@ -93,9 +97,9 @@ class ModelConfig:
 
     def differences(self, other: "ModelConfig") -> list[tuple[str, Any, Any]]:
         """(field, this value, other's value) for every architecture or size field that differs, i.e.
-        what keeps ``other``'s weights from loading into this model (dropout, the attention normalizer,
-        which has no parameters, and the vocabulary size, which comes from the tokenizer, do not count)."""
-        skip = {"dropout", "vocab_size", "attention_normalizer"}
+        what keeps ``other``'s weights from loading into this model (``FINE_TUNABLE`` and the vocabulary
+        size, which comes from the tokenizer, do not count)."""
+        skip = {"vocab_size", *FINE_TUNABLE}
         return [(f.name, getattr(self, f.name), getattr(other, f.name)) for f in dataclasses.fields(self)
                 if f.name not in skip and getattr(self, f.name) != getattr(other, f.name)]
 
