@@ -366,3 +366,26 @@ def test_the_reverse_task_learns_with_sparse_attention():
         _, attention = model(src, mask, tgt_in, need_attention=True)
     real = (tgt_in != PAD_ID)[:, :, None] & mask[:, None, :]  # (B, T, S): real target and source positions
     assert (attention[:, 0, 0][real] == 0).float().mean() > 0.3  # many real positions get exactly nothing
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_sparse_cross_attention_on_cuda_matches_cpu(precision):
+    """On a GPU self-attention takes the fused kernel and sparse cross-attention the explicit path
+    (in fp32 even under bf16 autocast): the logits match the CPU's, padding gets exactly 0."""
+    if precision == "bf16" and not torch.cuda.is_bf16_supported():
+        pytest.skip("no bf16 on this GPU")
+    model = _model(TRANSFORMER, "entmax15", sharpen=10.0)
+    src, mask, tgt_in = _batch(5)
+    with torch.no_grad():
+        expected, _ = model(src, mask, tgt_in)
+        gpu = copy.deepcopy(model).cuda()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            logits, _ = gpu(src.cuda(), mask.cuda(), tgt_in.cuda())
+            _, attention = gpu(src.cuda(), mask.cuda(), tgt_in.cuda(), need_attention=True)
+    tolerance = 1e-4 if precision == "fp32" else 0.1
+    torch.testing.assert_close(logits.float().cpu(), expected, atol=tolerance, rtol=tolerance)
+    attention = attention.float().cpu()
+    padding = ~mask[:, None, None, None, :].expand_as(attention)
+    assert (attention[padding] == 0).all() and (attention[~padding] == 0).any()
+    torch.testing.assert_close(attention.sum(-1), torch.ones(attention.shape[:-1]), atol=1e-2, rtol=0)
