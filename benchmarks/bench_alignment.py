@@ -39,7 +39,7 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "transformer": ("transformer", []),
     "transformer-guided-0.05": ("transformer", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.05"]),
     "transformer-guided-0.5": ("transformer", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.5"]),
-    "transformer-entropy": ("transformer", ["--attention-entropy", "0.1"]),
+    "transformer-entropy": ("transformer", ["--attention-entropy-weight", "0.1"]),
     "transformer-entmax": ("transformer", ["--attention-normalizer", "entmax15"]),
 }
 DEFAULT_VARIANTS = list(VARIANTS)

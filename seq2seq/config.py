@@ -24,6 +24,9 @@ from pydantic import (
 from .errors import UserError
 
 RNN_ATTENTIONS = ("bahdanau", "luong-dot", "luong-general", "luong-concat")
+#: Why a sparse ``attention_normalizer`` cannot run, and the fix (``seq2seq.nn.normalizers``)
+ENTMAX_MISSING = ("--attention-normalizer sparsemax and entmax15 need the entmax package: "
+                  "pip install 'seq2seq[sparse]' (or pip install entmax)")
 STRICT = ConfigDict(extra="forbid")  # unknown keys are errors
 Device = Annotated[str, StringConstraints(pattern=r"^(auto|cpu|cuda(:\d+)?)$")]  # auto, cpu, cuda, cuda:N
 
@@ -35,6 +38,10 @@ def option(default: Any, help: str, **kwargs: Any) -> Any:
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+#: Model fields a fine-tuning run (``--init-from``) may change: they have no parameters.
+FINE_TUNABLE = ("dropout", "attention_normalizer")
 
 
 @dataclass
@@ -49,6 +56,10 @@ class ModelConfig:
     tie_embeddings: bool = option(True, "tie the target embeddings and the output layer (W_out = E_tgt)")
     share_source_embeddings: bool | None = option(
         None, "source and target share one embedding table (joint vocabulary); unset: follows --tie-embeddings")
+    attention_normalizer: Literal["softmax", "sparsemax", "entmax15"] = option(
+        "softmax", "what turns attention scores into weights, in the RNN's attention and the Transformer's "
+                   "cross-attention: softmax, or sparsemax / 1.5-entmax (exact zeros; need the entmax package: "
+                   "pip install 'seq2seq[sparse]')")
     # RNN
     rnn_cell: Literal["gru", "lstm"] = option("gru", "RNN cell")
     attention: Literal["bahdanau", "luong-dot", "luong-general", "luong-concat"] = option(
@@ -86,9 +97,9 @@ class ModelConfig:
 
     def differences(self, other: "ModelConfig") -> list[tuple[str, Any, Any]]:
         """(field, this value, other's value) for every architecture or size field that differs, i.e.
-        what keeps ``other``'s weights from loading into this model (dropout and the vocabulary size,
-        which comes from the tokenizer, do not count)."""
-        skip = {"dropout", "vocab_size"}
+        what keeps ``other``'s weights from loading into this model (``FINE_TUNABLE`` and the vocabulary
+        size, which comes from the tokenizer, do not count)."""
+        skip = {"vocab_size", *FINE_TUNABLE}
         return [(f.name, getattr(self, f.name), getattr(other, f.name)) for f in dataclasses.fields(self)
                 if f.name not in skip and getattr(self, f.name) != getattr(other, f.name)]
 
@@ -103,9 +114,21 @@ class ModelConfig:
         for name in sizes:
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(self, name)}")
+        if self.attention_normalizer != "softmax" and not entmax_installed():
+            raise UserError(ENTMAX_MISSING)  # before any work (the model checks again when built)
         if self.arch == "transformer" and self.positional == "rope" and (self.d_model // self.heads) % 2:
             raise UserError(f"--positional rope rotates pairs of features: the head size --d-model / --heads "
                             f"({self.d_model} / {self.heads} = {self.d_model // self.heads}) must be even")
+
+
+def entmax_installed() -> bool:
+    """Whether ``import entmax`` would find the package (without importing it, nor torch)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("entmax") is not None
+    except ValueError:  # in sys.modules without a spec, e.g. set to None to block the import
+        return False
 
 
 @dataclass
@@ -172,6 +195,13 @@ class TrainConfig:
     plateau_patience: int = option(2, "plateau: evaluations without validation-loss improvement before decay")
     plateau_factor: float = option(0.5, "plateau: learning-rate factor at each decay")
     label_smoothing: float = option(0.1, "label smoothing epsilon")
+    attention_entropy_weight: NonNegativeFloat = option(
+        0.0, "add this weight x the mean entropy of the cross-attention distributions (nats per target token) "
+             "to the loss: > 0 sharpens attention (0 = off)")
+    attention_entropy_layer: int | Literal["all"] = option(
+        -2, "decoder layer whose cross-attention (mean over its heads) the entropy penalty reads: index (negative "
+            "counts from the top; -2, the penultimate, is the layer alignments are read from, and an RNN's or a "
+            "one-layer model's only layer) or 'all'")
     clip_norm: float | None = option(None, "gradient norm clipping (0 = off)")
     accumulate: int = option(1, "micro-batches per optimizer step (gradient accumulation)")
     max_steps: int = option(0, "stop after this many optimizer steps (0 = no limit)")

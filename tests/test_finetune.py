@@ -3,6 +3,7 @@ tokenizer and model config; options that would change the architecture are named
 records where it started and resumes without its starting point."""
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from pathlib import Path
 
@@ -53,6 +54,10 @@ def test_options_that_change_the_architecture_are_named_errors(trained, tmp_path
     assert not (tmp_path / "wider").exists()
     assert fine_tune(trained, tmp_path / "drop", "--dropout", "0.3", "--max-steps", "1", "--eval-every", "0") == 0
     assert load_checkpoint(tmp_path / "drop" / "last.pt")["config"]["model"]["dropout"] == 0.3  # dropout may change
+    if importlib.util.find_spec("entmax") is not None:  # so may the attention normalizer (no parameters)
+        assert fine_tune(trained, tmp_path / "sparse", "--attention-normalizer", "entmax15", "--max-steps", "1",
+                         "--eval-every", "0") == 0
+        assert load_checkpoint(tmp_path / "sparse" / "last.pt")["config"]["model"]["attention_normalizer"] == "entmax15"
     cfg = RunConfig.from_dict({"train": {"init_from": str(trained), "device": "cpu", "max_steps": 1},
                                "data": {"toy_size": 200, "cache_dir": str(tmp_path / "cache")}})
     cfg.output_dir = str(tmp_path / "api")

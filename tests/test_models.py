@@ -36,6 +36,11 @@ EXTRA = {  # only for the exactness tests
     "transformer-relative-values": dict(TRANSFORMER, positional="relative", relative_clip=2, relative_values=True,
                                         norm_first=False),
     "transformer-rope": dict(TRANSFORMER, positional="rope"),
+    # sparse attention (--attention-normalizer): the RNN's attention, the Transformer's cross-attention
+    "bahdanau-sparsemax": dict(RNN, attention="bahdanau", attention_normalizer="sparsemax"),
+    "luong-entmax15": dict(RNN, attention="luong-general", attention_normalizer="entmax15"),
+    "transformer-sparsemax": dict(TRANSFORMER, attention_normalizer="sparsemax"),
+    "transformer-entmax15": dict(TRANSFORMER, attention_normalizer="entmax15", norm_first=False),
 }
 
 

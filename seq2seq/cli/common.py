@@ -15,8 +15,8 @@ import typing
 from typing import Any, Callable, Literal, TypeVar, get_type_hints
 
 from ..config import (
-    ARCH_DEFAULTS, DEFAULT_BEAM_SIZE, PRESETS, SECTIONS, AlignConfig, DecodeConfig, RunConfig, load_config_file,
-    merge_layers, preset,
+    ARCH_DEFAULTS, DEFAULT_BEAM_SIZE, FINE_TUNABLE, PRESETS, SECTIONS, AlignConfig, DecodeConfig, RunConfig,
+    load_config_file, merge_layers, preset,
 )
 from ..errors import OutputError, UserError
 from ..io_utils import output_error
@@ -197,14 +197,15 @@ def build_run_config(args: argparse.Namespace) -> RunConfig:
 
 def _trained_model(init_from: str, file_values: dict, flag_values: dict) -> dict[str, Any]:
     """The model section of the checkpoint ``--init-from`` names; a flag or config key that asks for
-    another architecture or size is an error naming it (dropout may change)."""
+    another architecture or size is an error naming it (``FINE_TUNABLE``: dropout and the attention
+    normalizer may change)."""
     from ..checkpoint.loaded import LoadedCheckpoint
 
     trained = LoadedCheckpoint.read(init_from).config.model
     model = dataclasses.asdict(trained)
     for source, values in (("--config", file_values.get("model", {})), ("flag", flag_values["model"])):
         for key, value in values.items():
-            if key in ("dropout", "vocab_size") or key not in model or value == model[key]:
+            if key in ("vocab_size", *FINE_TUNABLE) or key not in model or value == model[key]:
                 continue
             where = f"--{key.replace('_', '-')} {value}" if source == "flag" else f"--config: model.{key} {value}"
             raise UserError(f"{where}: --init-from {init_from} trained {key} {model[key]!r}; fine-tuning keeps the "

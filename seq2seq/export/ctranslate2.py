@@ -56,6 +56,10 @@ def check_convertible(cfg: ModelConfig, source: str) -> None:
     if cfg.arch != "transformer":
         raise UserError(f"{source}: a {cfg.arch} model; CTranslate2 has no recurrent encoder-decoders, so only "
                         "Transformer checkpoints export to it (export an RNN with --format safetensors)")
+    if cfg.attention_normalizer != "softmax":
+        raise UserError(f"{source}: cross-attention normalized by {cfg.attention_normalizer} "
+                        "(--attention-normalizer); CTranslate2 computes a softmax only, so its translations would "
+                        "differ (export with --format safetensors)")
 
 
 def _array(tensor: torch.Tensor) -> np.ndarray:

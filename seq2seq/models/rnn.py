@@ -18,6 +18,9 @@ Decoders (one step function shared by teacher forcing and incremental decoding):
 Output layer size: ``embed_dim`` when ``tie_embeddings`` (W_out is then the target embedding
 matrix, no extra projection), else ``decoder_hidden_size``. With ``shares_source_embeddings`` (by
 default the same as ``tie_embeddings``) source and target share one embedding table (joint vocabulary).
+
+The attention distribution is a softmax of the scores, or sparsemax / 1.5-entmax
+(``attention_normalizer``, ``seq2seq.nn.normalizers``), in training and decoding alike.
 """
 from __future__ import annotations
 
@@ -165,7 +168,7 @@ class AttentionDecoder(nn.Module):
         self.rnn = StackedRNN(cfg.rnn_cell, input_size, hidden, layers, cfg.dropout)
         self.bridge = nn.Linear(key_dim, layers * hidden)  # the per-layer W_l, stacked
         self.bridge_c = nn.Linear(key_dim, layers * hidden) if cfg.rnn_cell == "lstm" else None
-        self.attention = RecurrentAttention(build_score(cfg.attention, hidden, key_dim))
+        self.attention = RecurrentAttention(build_score(cfg.attention, hidden, key_dim), cfg.attention_normalizer)
         self.out_dim = cfg.embed_dim if cfg.tie_embeddings else hidden
         self.layers, self.hidden = layers, hidden
 

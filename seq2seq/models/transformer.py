@@ -9,6 +9,9 @@ Cross-attention keys/values of every decoder layer are projected once in ``encod
 keeps a self-attention key/value cache per layer in ``state`` (batch-first), so each
 ``decode_step`` costs one position. Teacher-forced ``forward`` uses the fused attention kernel
 unless attention weights are asked for.
+Cross-attention normalizes its scores with ``attention_normalizer`` (softmax, or sparsemax /
+1.5-entmax, which always take the explicit path); self-attention is always a softmax, whose
+weights no one reads and which keeps the fused kernel.
 """
 from __future__ import annotations
 
@@ -118,7 +121,7 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.self_attn = self_attention(cfg)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.dropout)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.dropout, normalizer=cfg.attention_normalizer)
         self.ff = feed_forward(cfg)
         self.res_self, self.res_cross, self.res_ff = (
             Residual(cfg.d_model, cfg.dropout, cfg.norm_first) for _ in range(3))

@@ -1,7 +1,9 @@
 """Attention: masks, scaled dot-product, recurrent score functions, multi-head attention.
 
 Masks are boolean with True = may attend (keep). Attention weights on masked positions are
-exactly 0, and a row with nothing to attend to gives zero weights (never NaN).
+exactly 0, and a row with nothing to attend to gives zero weights (never NaN). The weights are a
+softmax of the scores, or for the RNN's attention and the Transformer's cross-attention optionally
+sparsemax or 1.5-entmax (``--attention-normalizer``, :mod:`seq2seq.nn.normalizers`).
 
 Nothing here keeps state on ``self`` between calls: projected keys and key/value caches are
 returned to the caller (the model puts them in its ``memory`` / ``state`` dicts), so modules are
@@ -17,6 +19,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .dropout import dropout as cheap_dropout
+from .normalizers import get_normalizer, masked_softmax
 from ..errors import UserError
 from ..tokenizer import PAD_ID
 
@@ -39,22 +42,16 @@ def causal_mask(n: int, device: torch.device | str | None = None) -> torch.Tenso
     return torch.ones(n, n, dtype=torch.bool, device=device).tril()
 
 
-def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Softmax over the last dim; masked entries get exactly 0, fully masked rows all 0 (no NaN)."""
-    if mask is None:
-        return scores.softmax(dim=-1)
-    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    return scores.softmax(dim=-1).masked_fill(~mask, 0.0)
-
-
 def attention_weights(
-    query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None = None, bias: torch.Tensor | None = None
+    query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+    normalize=masked_softmax,
 ) -> torch.Tensor:
     """softmax(Q K^T / sqrt(d_k) + bias) over the last dim: query (..., Tq, d_k), key (..., Tk, d_k),
     mask and bias broadcastable to (..., Tq, Tk) -> weights (..., Tq, Tk). ``bias`` is added after
-    the scaling, as the float ``attn_mask`` of ``F.scaled_dot_product_attention`` is."""
+    the scaling, as the float ``attn_mask`` of ``F.scaled_dot_product_attention`` is. ``normalize``
+    (scores, mask) -> weights replaces the softmax (``seq2seq.nn.normalizers``)."""
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))  # (..., Tq, Tk)
-    return masked_softmax(scores if bias is None else scores + bias, mask)
+    return normalize(scores if bias is None else scores + bias, mask)
 
 
 def scaled_dot_product(
@@ -208,11 +205,13 @@ def build_score(name: str, query_dim: int, key_dim: int, hidden: int | None = No
 
 
 class RecurrentAttention(nn.Module):
-    """One attention distribution per decoder state: a = softmax(score(s, h)), c = sum_j a_j h_j."""
+    """One attention distribution per decoder state: a = softmax(score(s, h)), c = sum_j a_j h_j;
+    ``normalizer`` sparsemax or entmax15 replaces the softmax (``seq2seq.nn.normalizers``)."""
 
-    def __init__(self, score: Score) -> None:
+    def __init__(self, score: Score, normalizer: str = "softmax") -> None:
         super().__init__()
         self.scorer = score
+        self.normalizer, self.normalize = normalizer, get_normalizer(normalizer)
 
     def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
         """Query-independent part of the score, computed once per sentence."""
@@ -231,7 +230,7 @@ class RecurrentAttention(nn.Module):
         """
         scores = self.scorer.score(query, values, projected_keys)
         step = query.dim() == 2
-        weights = masked_softmax(scores, mask if step else mask.unsqueeze(1))
+        weights = self.normalize(scores, mask if step else mask.unsqueeze(1))
         if step:
             return torch.bmm(weights.unsqueeze(1), values).squeeze(1), weights  # (B, Dk), (B, S)
         return torch.bmm(weights, values), weights  # (B, T, Dk), (B, T, S)
@@ -320,6 +319,10 @@ class MultiHeadAttention(nn.Module):
     pays (``fused_kernel_pays``: off CPU), else the weights are computed explicitly (with the cheap
     dropout of :mod:`seq2seq.nn.dropout` in training). Both give the same output.
 
+    ``normalizer`` sparsemax or entmax15 replaces the softmax (``seq2seq.nn.normalizers``; the
+    Transformer uses it for cross-attention): such a module always takes the explicit path, the
+    fused kernel computing a softmax only.
+
     Self-attention may encode positions (never cross-attention): ``relative`` adds the relative
     position logits q_i . a^K_ij / sqrt(d_k) (``RelativePositions``; the fused kernel gets them as
     its float mask) and, if the table has values, sum_j w_ij a^V_ij to the context (explicit path
@@ -330,8 +333,10 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(self, d_model: int, heads: int, dropout: float = 0.0,
-                 relative: RelativePositions | None = None, rotary: bool = False) -> None:
+                 relative: RelativePositions | None = None, rotary: bool = False,
+                 normalizer: str = "softmax") -> None:
         super().__init__()
+        self.normalizer, self.normalize = normalizer, get_normalizer(normalizer)
         if d_model % heads:
             raise UserError(f"--d-model ({d_model}) must be divisible by --heads ({heads})")
         self.heads, self.d_k, self.dropout = heads, d_model // heads, dropout
@@ -382,13 +387,14 @@ class MultiHeadAttention(nn.Module):
             bias = self.relative.key_logits(q, rows) / math.sqrt(self.d_k)  # (B, H, Tq, Tk)
         relative_values = self.relative is not None and self.relative.values is not None
         p = self.dropout if self.training else 0.0
-        explicit = need_weights or relative_values or not fused_kernel_pays(q.device)
+        explicit = (need_weights or relative_values or self.normalizer != "softmax"
+                    or not fused_kernel_pays(q.device))
         fused_causal = is_causal and mask is None and bias is None and not explicit  # the kernel builds it
         if is_causal and not fused_causal:
             causal = causal_mask(q.size(2), q.device)  # (Tq, Tk), Tq == Tk
             mask = causal if mask is None else mask & causal
         if explicit:
-            weights = attention_weights(q, k, mask, bias)  # (B, H, Tq, Tk)
+            weights = attention_weights(q, k, mask, bias, self.normalize)  # (B, H, Tq, Tk)
             dropped = cheap_dropout(weights, p, training=True)
             context = dropped @ v
             if relative_values:

@@ -1,9 +1,10 @@
 """The training loop, shared by every architecture.
 
 Adam/AdamW; warmup + inverse-sqrt schedule for the Transformer, plateau decay (on validation loss)
-for the RNN; label-smoothed cross-entropy over target tokens; gradient clipping and accumulation;
-autocast precision; with ``--guided-alignment`` an alignment loss on one layer's cross-attention
-(``guided.py``); validation loss and BLEU every ``eval_every`` steps and/or every
+for the RNN; label-smoothed cross-entropy over target tokens, plus optional attention terms: with
+``--guided-alignment`` an alignment loss on one layer's cross-attention (``guided.py``), and a
+cross-attention entropy penalty (``attention_entropy.py``); gradient clipping and accumulation;
+autocast precision; validation loss and BLEU every ``eval_every`` steps and/or every
 ``eval_every_minutes`` of the run's clock; early stopping on BLEU;
 ``best.pt`` and ``last.pt`` written atomically (``last.pt`` also every ``save_every`` steps or
 ``save_every_minutes``, so a killed run loses at most that much); the best / newest snapshots kept in
@@ -56,6 +57,7 @@ from ..runtime import (
     seed_everything,
 )
 from . import distributed
+from .attention_entropy import EntropyPenalty
 from .corpus import PreparedCorpus
 from .guided import GuidedTraining
 from .rng import rng_state, set_rng_state
@@ -101,6 +103,9 @@ class Trainer:
         self.model = build_model(cfg.model).to(self.device)
         self.guided = GuidedTraining.for_run(cfg, self.model)  # guided alignment: the supervised attention
         self._guided_loss = torch.zeros(())  # this rank's guided loss per target token at the last step
+        self.entropy_penalty = EntropyPenalty(cfg.train.attention_entropy_weight, cfg.train.attention_entropy_layer,
+                                              self.model.attention_layers)
+        self.attention_entropy: torch.Tensor | None = None  # of the last step, per target token (this rank)
         self.optimizer = build_optimizer(self.model, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.precision = resolve_precision(self.device, cfg.train.precision)  # auto: this hardware's choice
@@ -313,20 +318,24 @@ class Trainer:
         total_tokens = group.tokens if isinstance(group, StepGroup) else sum(b.num_tgt_tokens for b in group)
         normaliser = total_tokens / self.world
         total_loss, total_guided = torch.zeros((), device=self.device), torch.zeros((), device=self.device)
-        attention = {} if self.guided is None else {"attention_layer": self.guided.layer}
+        every_layer = self.entropy_penalty.active  # the penalty reads its layer(s); guided slices its own
+        attention = {} if self.guided is None or every_layer else {"attention_layer": self.guided.layer}
         for i, batch in enumerate(group):
             batch = batch.to(self.device)
             with distributed.no_sync(self.ddp, sync=i == len(group) - 1):
                 with autocast(self.device, self.precision):
-                    logits, weights = self.forward(batch.src, batch.src_mask, batch.tgt_in, **attention)
+                    logits, weights = self.forward(batch.src, batch.src_mask, batch.tgt_in, every_layer, **attention)
                 loss = sequence_loss(logits, batch.tgt_out, self.cfg.train.label_smoothing, reuse_logits=True)
-                objective = loss
+                objective = loss + self.entropy_penalty(weights, batch.tgt_out)  # + 0 when off
                 if self.guided is not None:  # + lambda * sum_t KL(gold_t || attention_t)
-                    guided = self.guided.loss(weights, batch.guide)
-                    objective = loss + self.guided.weight * guided
+                    supervised = weights[:, self.guided.layer:self.guided.layer + 1] if every_layer else weights
+                    guided = self.guided.loss(supervised, batch.guide)
+                    objective = objective + self.guided.weight * guided
                     total_guided += guided.detach()
                 self.scaler.scale(objective / normaliser).backward()
             total_loss += loss.detach()
+        entropy = self.entropy_penalty.take()
+        self.attention_entropy = None if entropy is None else entropy / max(total_tokens, 1)
         self.scaler.unscale_(self.optimizer)
         if self.cfg.train.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip_norm)
@@ -350,10 +359,13 @@ class Trainer:
         lr = self.optimizer.param_groups[0]["lr"]
         bar.update(1)
         if p.step % max(tc.log_every, 1) == 0:  # the only place the loop waits for the device's loss
-            [loss, guided] = distributed.all_reduce_sum([float(rank_loss), float(self._guided_loss)])
+            entropy = [] if self.attention_entropy is None else [float(self.attention_entropy)]
+            loss, guided, *entropy = distributed.all_reduce_sum([float(rank_loss), float(self._guided_loss)] + entropy)
             tok_s = p.tgt_tokens / max(p.train_seconds, 1e-9)
             bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:.0f}")
             extra = {} if self.guided is None else {"guided_loss": guided}  # per target token, unweighted
+            if entropy:
+                extra["attention_entropy"] = entropy[0]  # nats per target token
             self.tensorboard.scalars("train", {"loss": loss, **extra, "lr": lr, "tokens_per_s": tok_s}, p.step)
             self.metrics.write({"kind": "train", "step": p.step, "epoch": p.epoch, "loss": loss, **extra, "lr": lr,
                                 "tokens_per_s": tok_s, "elapsed": p.elapsed})
