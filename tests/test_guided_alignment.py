@@ -344,3 +344,20 @@ def test_two_guided_processes_match_one_accumulating_process(tmp_path):
     single_logged = [json.loads(line) for line in (tmp_path / "single" / "metrics.jsonl").read_text().splitlines()]
     assert [r["guided_loss"] for r in logged if r["kind"] == "train"] == pytest.approx(
         [r["guided_loss"] for r in single_logged if r["kind"] == "train"], rel=1e-5)
+
+
+def test_guided_alignment_and_the_entropy_penalty_train_together(tmp_path):
+    """Both attention terms in one step: the penalty reads every layer, guided slices its own layer; the
+    guided loss is the one the guided-only run computes at the first step (same weights, same batch)."""
+    path = toy_alignment_file(tmp_path / "toy.talp", 200)
+    common = [*COMMON, *SMALL_TRANSFORMER, "--toy-size", "200", "--cache-dir", str(tmp_path / "cache"),
+              "--guided-alignment", str(path), "--guided-heads", "1", "--max-steps", "2", "--log-every", "1"]
+    first = {}
+    for name, extra in (("guided", []), ("both", ["--attention-entropy-weight", "0.5"])):
+        code, _, err = run_main(["train", *common, *extra, "--output-dir", str(tmp_path / name)])
+        assert code == 0, err
+        records = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        first[name] = [r for r in records if r["kind"] == "train"][0]
+    assert "attention_entropy" in first["both"] and "attention_entropy" not in first["guided"]
+    assert first["both"]["guided_loss"] == pytest.approx(first["guided"]["guided_loss"], rel=1e-5)
+    assert first["both"]["loss"] == pytest.approx(first["guided"]["loss"], rel=1e-5)  # loss stays the CE
