@@ -359,13 +359,14 @@ class Trainer:
         lr = self.optimizer.param_groups[0]["lr"]
         bar.update(1)
         if p.step % max(tc.log_every, 1) == 0:  # the only place the loop waits for the device's loss
-            entropy = [] if self.attention_entropy is None else [float(self.attention_entropy)]
-            loss, guided, *entropy = distributed.all_reduce_sum([float(rank_loss), float(self._guided_loss)] + entropy)
+            # each read waits for the device: only the terms this run has (guided: unweighted; entropy: nats)
+            named = (("guided_loss", self._guided_loss if self.guided else None),
+                     ("attention_entropy", self.attention_entropy))
+            terms = {name: value for name, value in named if value is not None}
+            loss, *values = distributed.all_reduce_sum([float(rank_loss)] + [float(v) for v in terms.values()])
+            extra = dict(zip(terms, values))  # per target token
             tok_s = p.tgt_tokens / max(p.train_seconds, 1e-9)
             bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:.0f}")
-            extra = {} if self.guided is None else {"guided_loss": guided}  # per target token, unweighted
-            if entropy:
-                extra["attention_entropy"] = entropy[0]  # nats per target token
             self.tensorboard.scalars("train", {"loss": loss, **extra, "lr": lr, "tokens_per_s": tok_s}, p.step)
             self.metrics.write({"kind": "train", "step": p.step, "epoch": p.epoch, "loss": loss, **extra, "lr": lr,
                                 "tokens_per_s": tok_s, "elapsed": p.elapsed})
