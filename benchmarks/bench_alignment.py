@@ -137,10 +137,12 @@ def attention_scores(run_dir: Path, sources: list[str], targets: list[str], gold
 
 
 def default_alignment(translator) -> tuple:
-    """The layer and heads ``seq2seq align`` reads by default from this model."""
+    """The layer and heads ``seq2seq align`` reads by default from this model (a guided model's
+    supervised ones, ``AlignConfig.for_model``)."""
     from seq2seq.config import AlignConfig
 
-    return AlignConfig.layer, AlignConfig.heads
+    chosen = AlignConfig(model_default=True).for_model(translator.supervised_attention)
+    return chosen.layer, chosen.heads
 
 
 def table(record: dict) -> str:
