@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     args.runs.mkdir(parents=True, exist_ok=True)
     sources, targets = gold_pairs(args)
     gold = read_gold_alignments(args.gold, sources, targets)
-    record = {**provenance("alignment"), "gold": str(args.gold), "gold_split": args.gold_split,
+    record = {**provenance("alignment"), "gold": display_path(args.gold), "gold_split": args.gold_split,
               "gold_pairs": len(sources), "minutes": args.minutes, "parallel": args.parallel,
               "variants": {name: VARIANTS[name] for name in args.variants}, "runs": {}}
     eflomal = eflomal_links(args, sources, targets).read_text(encoding="utf-8").splitlines()[-len(sources):]
