@@ -11,6 +11,7 @@ encoding) for a long time while the other ranks wait; DDP's gradient all-reduce 
 from __future__ import annotations
 
 import datetime
+import gc
 import logging
 import os
 from contextlib import contextmanager, nullcontext
@@ -68,7 +69,10 @@ def process_group(device: torch.device) -> Iterator[bool]:
         yield True
         # leave together: a rank tearing the group down while rank 0 still writes its summary and
         # tests the best checkpoint was seen to abort in gloo ("terminate called without an active
-        # exception", once in a CI run); after an error no barrier, the others may be gone
+        # exception", once in a CI run); after an error no barrier, the others may be gone. Before
+        # that, free the run's objects (the DDP wrapper holds the group) while the group is alive: freed
+        # later, at interpreter exit, gloo's threads abort the same way (seen again 2026-11-26).
+        gc.collect()
         dist.barrier(group=_cpu_group)
     finally:
         _cpu_group = None
