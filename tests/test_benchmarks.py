@@ -38,6 +38,15 @@ def data(tmp_path_factory) -> Path:
     return directory
 
 
+def tiny_run(data: Path, tmp_path: Path) -> Path:
+    """A TINY_MODEL Transformer trained on ``data`` (en -> de) in ``tmp_path / "run"``."""
+    run = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "seq2seq", "train", "--data-dir", str(data), "--src", "en", "--tgt", "de",
+                    "--test-split", "test", "--vocab-size", "60", "--device", "cpu", "--output-dir", str(run),
+                    "--no-final-test", "--quiet", *TINY_MODEL], check=True, cwd=tmp_path, capture_output=True)
+    return run
+
+
 def check_record(path: Path, benchmark: str) -> dict:
     record = json.loads(path.read_text())
     assert record["benchmark"] == benchmark and record["command"].startswith("python benchmarks/")
@@ -368,10 +377,7 @@ def test_subword_benchmark_trains_each_alpha_on_one_tokenizer(data, tmp_path):
 
 def test_gpu_profile_times_decoding_and_training_per_precision_and_backend(data, tmp_path):
     """On a CPU the same code runs (a smoke test); the profile is taken only for a case at half fp32's rate."""
-    run = tmp_path / "run"
-    subprocess.run([sys.executable, "-m", "seq2seq", "train", "--data-dir", str(data), "--src", "en", "--tgt", "de",
-                    "--test-split", "test", "--vocab-size", "60", "--device", "cpu", "--output-dir", str(run),
-                    "--no-final-test", "--quiet", *TINY_MODEL], check=True, cwd=tmp_path, capture_output=True)
+    run = tiny_run(data, tmp_path)
     out = tmp_path / "profile.json"
     script("gpu_profile.py", "--checkpoint", str(run / "best.pt"), "--data-dir", str(data), "--src", "en", "--tgt",
            "de", "--test-split", "test", "--device", "cpu", "--sentences", "4", "--train-steps", "2",
@@ -385,10 +391,7 @@ def test_gpu_profile_times_decoding_and_training_per_precision_and_backend(data,
 
 
 def test_constraints_benchmark_forces_the_rarest_reference_words_and_times_both_searches(data, tmp_path):
-    run = tmp_path / "run"
-    subprocess.run([sys.executable, "-m", "seq2seq", "train", "--data-dir", str(data), "--src", "en", "--tgt", "de",
-                    "--test-split", "test", "--vocab-size", "60", "--device", "cpu", "--output-dir", str(run),
-                    "--no-final-test", "--quiet", *TINY_MODEL], check=True, cwd=tmp_path, capture_output=True)
+    run = tiny_run(data, tmp_path)
     out = tmp_path / "constraints.json"
     script("bench_constraints.py", "--checkpoint", str(run), "--data-dir", str(data), "--src", "en", "--tgt", "de",
            "--split", "test", "--sentences", "6", "--repeats", "1", "--out", str(out), cwd=tmp_path)

@@ -35,7 +35,7 @@ from ..tokenizer import BOS_ID, EOS_ID
 from .constraints import ConstraintState, SentenceConstraints
 from .prefix import Prefixes
 from .scoring import eval_mode
-from .search import Hypothesis, _Beams, attach_attention, length_penalty_gnmt, max_lengths
+from .search import Hypothesis, _Beams, length_penalty_gnmt, max_lengths, run_beams
 from .vocabulary import OutputVocabulary
 
 
@@ -69,13 +69,7 @@ def constrained_beam_search(
     with eval_mode(model, inference=True):
         beams = _ConstrainedBeams(model, src, src_mask, beam_size, length_penalty, limit,
                                   OutputVocabulary(model, vocabulary), prefixes, constraints)
-        for t in range(int(limit.max()) + 1):
-            if not beams.advance(t):
-                break
-        hyps = [sorted(done, key=lambda h: -h.score)[:n_best] for done in beams.finished]
-        if need_attention:
-            attach_attention(model, src, src_mask, hyps)
-    return hyps
+        return run_beams(beams, n_best, need_attention, src, src_mask)
 
 
 class ConstraintTooLong(UserError):

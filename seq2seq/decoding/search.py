@@ -206,12 +206,19 @@ def beam_search(
         beams = _Beams(model, src, src_mask, beam_size, length_penalty,
                        max_lengths(model, src_mask, max_len_ratio, max_len_offset, prefixes),
                        OutputVocabulary(model, vocabulary), prefixes)
-        for t in range(int(beams.limit.max()) + 1):
-            if not beams.advance(t):
-                break
-        hyps = [sorted(done, key=lambda h: -h.score)[:n_best] for done in beams.finished]
-        if need_attention:
-            attach_attention(model, src, src_mask, hyps)
+        return run_beams(beams, n_best, need_attention, src, src_mask)
+
+
+def run_beams(beams: "_Beams", n_best: int, need_attention: bool, src: torch.Tensor,
+              src_mask: torch.Tensor) -> list[list[Hypothesis]]:
+    """Advance ``beams`` step by step to their length bound or until every sentence is done; the
+    ``n_best`` finished hypotheses of each sentence, best first (with their attention if asked for)."""
+    for t in range(int(beams.limit.max()) + 1):
+        if not beams.advance(t):
+            break
+    hyps = [sorted(done, key=lambda h: -h.score)[:n_best] for done in beams.finished]
+    if need_attention:
+        attach_attention(beams.model, src, src_mask, hyps)
     return hyps
 
 
