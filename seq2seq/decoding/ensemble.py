@@ -66,8 +66,8 @@ class EnsembleModel(EncoderDecoder):
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> dict:
         return {"members": [m.encode(src, src_mask) for m in self.members]}
 
-    def init_state(self, memory: dict) -> dict:
-        return {"members": [m.init_state(mem) for m, mem in zip(self.members, memory["members"])]}
+    def init_state(self, memory: dict, max_steps: int | None = None) -> dict:
+        return {"members": [m.init_state(mem, max_steps) for m, mem in zip(self.members, memory["members"])]}
 
     def output_rows(self, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
         """Every member's output rows for the token ids, one tensor each (for ``decode_step``)."""

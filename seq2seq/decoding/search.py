@@ -141,7 +141,7 @@ def _token_by_token(model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Te
         if copies > 1:  # row i * copies + j is sample j of sentence i
             expand = torch.arange(src.size(0), device=src.device).repeat_interleave(copies)
             memory, limit = select_batch(memory, expand), limit[expand]
-        state = model.init_state(memory)
+        state = model.init_state(memory, int(limit.max()) + 1)
         rows = torch.arange(limit.size(0), device=src.device)  # output row of each active row
         tokens = torch.full_like(rows, BOS_ID)
         ended = torch.zeros_like(rows, dtype=torch.bool)  # active rows that produced EOS
@@ -233,7 +233,7 @@ class _Beams:
         self.prefixes = prefixes
         self.memory = model.encode(src, src_mask)  # one row per sentence, read by all its beams
         self.expand = torch.arange(batch, device=device).repeat_interleave(k)  # (batch * k,)
-        self.first_state: dict | None = model.init_state(self.memory)  # one row per sentence
+        self.first_state: dict | None = model.init_state(self.memory, int(limit.max()) + 1)  # a row per sentence
         self.state: dict = {}
         self.rows = torch.arange(batch, device=device)  # sentence of each active sentence
         self.host_rows, self.host_limit = list(range(batch)), limit.tolist()  # the same on the host (no syncs)

@@ -3,7 +3,10 @@
 Every architecture implements ``EncoderDecoder``:
 
 * ``encode(src, src_mask) -> memory`` runs the encoder once per batch.
-* ``init_state(memory) -> state`` gives the decoder state before the first target token.
+* ``init_state(memory, max_steps=None) -> state`` gives the decoder state before the first target
+  token. With ``max_steps`` (the search's bound on decoding steps) a model may preallocate its state
+  for that many steps, so that every step has the same shapes (the Transformer's static-shape step,
+  which can be compiled); without, the state may grow step by step (the reference path).
 * ``decode_step(memory, state, tokens) -> (logits, state, attention)`` advances one target
   position for a batch of previous tokens. Generation is incremental: RNNs carry their hidden
   state, Transformers a key/value cache. ``output_weight`` (rows of ``generator.weight``, from
@@ -61,7 +64,7 @@ class EncoderDecoder(nn.Module):
         """src (batch, src_len) token ids; src_mask (batch, src_len) True = real token."""
         raise NotImplementedError
 
-    def init_state(self, memory: dict) -> dict:
+    def init_state(self, memory: dict, max_steps: int | None = None) -> dict:
         raise NotImplementedError
 
     generator: nn.Linear  # features -> vocabulary logits, no bias

@@ -172,8 +172,9 @@ class AttentionDecoder(nn.Module):
         self.out_dim = cfg.embed_dim if cfg.tie_embeddings else hidden
         self.layers, self.hidden = layers, hidden
 
-    def init_state(self, memory: dict) -> dict:
-        """s_0^l = tanh(W_l [h->; h<-] + b_l) for every decoder layer l."""
+    def init_state(self, memory: dict, max_steps: int | None = None) -> dict:
+        """s_0^l = tanh(W_l [h->; h<-] + b_l) for every decoder layer l (a state of fixed shape:
+        ``max_steps`` changes nothing)."""
         batch = memory["final_h"].size(0)
         state = {"h": torch.tanh(self.bridge(memory["final_h"])).view(batch, self.layers, self.hidden)}
         if self.bridge_c is not None:
@@ -235,7 +236,7 @@ class LuongDecoder(AttentionDecoder):
             return 0
         return cfg.embed_dim if cfg.tie_embeddings else cfg.decoder_hidden_size
 
-    def init_state(self, memory: dict) -> dict:
+    def init_state(self, memory: dict, max_steps: int | None = None) -> dict:
         state = super().init_state(memory)
         if self.input_feeding:
             state["feed"] = state["h"].new_zeros(state["h"].size(0), self.out_dim)  # h~_0 = 0
@@ -321,7 +322,7 @@ class RNNEncoderDecoder(EncoderDecoder):
             memory["keys"] = keys
         return memory
 
-    def init_state(self, memory: dict) -> dict:
+    def init_state(self, memory: dict, max_steps: int | None = None) -> dict:
         return self.decoder.init_state(memory)
 
     def decode_step(

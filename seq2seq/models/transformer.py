@@ -28,10 +28,14 @@ from ..nn.dropout import Dropout
 
 KV = tuple[torch.Tensor, torch.Tensor]  # projected keys, values: (B, heads, T, d_k) each
 
+#: a preallocated self-attention cache holds a multiple of this many positions (few distinct shapes)
+CACHE_BUCKET = 16
 
-def sinusoidal(start: int, length: int, d_model: int, device: torch.device | None = None) -> torch.Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)) -> (length, d)."""
-    pos = torch.arange(start, start + length, device=device, dtype=torch.float32).unsqueeze(1)
+
+def sinusoidal(start: int | torch.Tensor, length: int, d_model: int, device: torch.device | None = None) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)) -> (length, d),
+    pos = start .. start + length - 1 (``start`` an int or a one-element tensor)."""
+    pos = (start + torch.arange(length, device=device)).to(torch.float32).unsqueeze(1)
     inv_freq = torch.exp(torch.arange(0, d_model, 2, device=device) * (-math.log(10000.0) / d_model))
     angles = pos * inv_freq  # (length, ceil(d / 2))
     pe = torch.zeros(length, d_model, device=device)
@@ -51,7 +55,7 @@ class Embedder(nn.Module):
         self.positions = nn.Embedding(cfg.max_positions, cfg.d_model) if cfg.positional == "learned" else None
         self.dropout = Dropout(cfg.dropout)
 
-    def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, start: int | torch.Tensor = 0) -> torch.Tensor:
         """ids (B, T) at positions start .. start + T - 1 -> (B, T, d_model)."""
         tokens = self.tokens(ids)
         if not self.absolute:
@@ -59,10 +63,13 @@ class Embedder(nn.Module):
         pe = self.absolute_positions(start, ids.size(1), ids.device)
         return self.dropout(tokens * math.sqrt(self.d_model) + pe.to(tokens.dtype))  # fp16/bf16 decoding
 
-    def absolute_positions(self, start: int, length: int, device: torch.device) -> torch.Tensor:
-        """PE of positions start .. start + length - 1 -> (length, d_model)."""
+    def absolute_positions(self, start: int | torch.Tensor, length: int, device: torch.device) -> torch.Tensor:
+        """PE of positions start .. start + length - 1 -> (length, d_model). A tensor ``start`` (the
+        static decoding step) is not checked against --max-positions: the search bounds lengths."""
         if self.positions is None:
             return sinusoidal(start, length, self.d_model, device)
+        if isinstance(start, torch.Tensor):
+            return self.positions(start + torch.arange(length, device=device))
         if start + length > self.max_positions:
             raise UserError(
                 f"sequence of {start + length} positions exceeds --max-positions {self.max_positions} "
@@ -128,18 +135,27 @@ class DecoderLayer(nn.Module):
 
     def forward(
         self, x: torch.Tensor, cross_kv: KV, src_mask: torch.Tensor, cache: KV | None = None,
-        need_weights: bool = False,
+        need_weights: bool = False, position: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, KV | None, torch.Tensor | None]:
         """x (B, T, D). Without ``cache``: causal self-attention over x itself (teacher forcing).
         With ``cache`` (keys/values of earlier positions): x holds the next position (T = 1); returns
-        the extended cache. Also returns cross-attention weights (B, heads, T, S) if asked."""
+        the extended cache. With ``position`` (a one-element tensor) the cache is preallocated
+        (B, heads, T_max, d_k): the new keys/values are written in place at that position and the
+        query attends to positions 0 .. position only. Also returns cross-attention weights
+        (B, heads, T, S) if asked."""
         h = self.res_self.pre(x)
         if cache is None:
             a, _ = self.self_attn(h, h, h, is_causal=True)
-        else:
+        elif position is None:
             k, v = self.self_attn.project_kv(h, start=cache[0].size(2))  # (B, heads, T, d_k)
             cache = (torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2))
             a, _ = self.self_attn(h, kv_cache=cache)  # new positions come after all cached ones
+        else:
+            k, v = self.self_attn.project_kv(h, start=position)  # (B, heads, 1, d_k)
+            cache[0].index_copy_(2, position, k)
+            cache[1].index_copy_(2, position, v)
+            visible = torch.arange(cache[0].size(2), device=x.device) <= position  # (T_max,) decoded so far
+            a, _ = self.self_attn(h, kv_cache=cache, mask=visible, query_start=position)
         x = self.res_self.post(x, a)
         a, weights = self._cross(self.res_cross.pre(x), cross_kv, src_mask, need_weights)
         x = self.res_cross.post(x, a)
@@ -179,6 +195,11 @@ class TransformerEncoderDecoder(EncoderDecoder):
         self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
         self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
         self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        #: ``static_step`` compiled (``seq2seq.models.compiled.compile_decoding``), else None
+        self.compiled_step = None
+        #: whether ``init_state`` preallocates the cache when given ``max_steps`` (on with
+        #: ``compiled_step``: the eager static step is slower than the growing cache's)
+        self.static_cache = False
         self.reset_parameters()
         if cfg.tie_embeddings:
             self.generator.weight = embed_tgt.weight
@@ -212,10 +233,18 @@ class TransformerEncoderDecoder(EncoderDecoder):
         cross_kv = [layer.cross_attn.project_kv(x) for layer in self.decoder]  # once per sentence
         return {"src_mask": src_mask, "cross_kv": cross_kv}
 
-    def init_state(self, memory: dict) -> dict:
+    def init_state(self, memory: dict, max_steps: int | None = None) -> dict:
+        """An empty self-attention cache per layer: growing by one position per step (``max_steps``
+        None), or preallocated for ``max_steps`` steps rounded up to a multiple of ``CACHE_BUCKET``
+        with the step count ``step`` (B,) beside it (the static-shape step, ``static_step``)."""
         k = memory["cross_kv"][0][0]  # (B, heads, S, d_k)
-        empty = k.new_zeros(k.size(0), k.size(1), 0, k.size(3))  # (B, heads, 0, d_k)
-        return {"self_kv": [(empty, empty) for _ in self.decoder]}
+        if max_steps is None or not self.static_cache:
+            empty = k.new_zeros(k.size(0), k.size(1), 0, k.size(3))  # (B, heads, 0, d_k)
+            return {"self_kv": [(empty, empty) for _ in self.decoder]}
+        length = -(-max(max_steps, 1) // CACHE_BUCKET) * CACHE_BUCKET
+        shape = (k.size(0), k.size(1), length, k.size(3))
+        return {"self_kv": [(k.new_zeros(shape), k.new_zeros(shape)) for _ in self.decoder],
+                "step": torch.zeros(k.size(0), dtype=torch.long, device=k.device)}
 
     def _decode(self, memory: dict, x: torch.Tensor, caches: list | None, need_attention: bool,
                 output_weight: torch.Tensor | None = None, attention_layer: int | None = None):
@@ -237,10 +266,31 @@ class TransformerEncoderDecoder(EncoderDecoder):
         self, memory: dict, state: dict, tokens: torch.Tensor, need_attention: bool = True,
         output_weight: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict, torch.Tensor | None]:
+        if "step" in state:  # a preallocated cache (init_state with max_steps)
+            step = self.compiled_step or self.static_step
+            logits, weights = step(memory, state["self_kv"], state["step"][:1], tokens, need_attention,
+                                   output_weight)
+            return logits, {"self_kv": state["self_kv"], "step": state["step"] + 1}, weights
         step = state["self_kv"][0][0].size(2)  # number of positions already decoded
         x = self.tgt_embed(tokens.unsqueeze(1), start=step)  # (B, 1, D)
         logits, caches, weights = self._decode(memory, x, state["self_kv"], need_attention, output_weight)
         return logits[:, 0], {"self_kv": caches}, weights[:, :, :, 0] if need_attention else None
+
+    def static_step(self, memory: dict, caches: list[KV], position: torch.Tensor, tokens: torch.Tensor,
+                    need_attention: bool, output_weight: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One decoding step on preallocated caches, every shape fixed by the batch rows, the source
+        length and the cache length (never by the step): tokens (B,) at ``position`` (1,) -> logits
+        (B, V), attention (B, L, H, S) or None; the caches are written in place. The same numbers as
+        the growing cache's step but for the order of additions in the attention (masked positions
+        add exact zeros); ``compiled_step`` is this function compiled (``seq2seq.models.compiled``)."""
+        x = self.tgt_embed(tokens.unsqueeze(1), start=position)  # (B, 1, D)
+        mask = memory["src_mask"][:, None, None, :]  # (B, 1, 1, S)
+        weights = []
+        for i, layer in enumerate(self.decoder):
+            x, _, w = layer(x, memory["cross_kv"][i], mask, caches[i], need_attention, position)
+            weights.append(w)
+        logits = self.logits(self.dec_norm(x), output_weight)[:, 0]
+        return logits, torch.stack(weights, 1)[:, :, :, 0] if need_attention else None
 
     def forward(
         self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, need_attention: bool = False,

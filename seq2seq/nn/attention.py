@@ -257,10 +257,13 @@ class RelativePositions(nn.Module):
         self.keys = nn.Embedding(2 * clip + 1, d_k)  # A^K, row r + k for distance r
         self.values = nn.Embedding(2 * clip + 1, d_k) if values else None  # A^V
 
-    def distances(self, queries: int, keys: int, device: torch.device) -> torch.Tensor:
+    def distances(self, queries: int, keys: int, device: torch.device,
+                  first_query: torch.Tensor | None = None) -> torch.Tensor:
         """(Tq, Tk) table rows r_ij + k, for self-attention queries at the last Tq of the key
-        positions 0 .. Tk - 1 (i = Tk - Tq + t: the offset is the cache length when decoding)."""
-        i = torch.arange(keys - queries, keys, device=device).unsqueeze(1)
+        positions 0 .. Tk - 1 (i = Tk - Tq + t: the offset is the cache length when decoding), or at
+        ``first_query`` + t (a tensor: a preallocated cache, whose later keys are masked)."""
+        first = keys - queries if first_query is None else first_query
+        i = (first + torch.arange(queries, device=device)).unsqueeze(1)
         j = torch.arange(keys, device=device).unsqueeze(0)
         return (j - i).clamp(-self.clip, self.clip) + self.clip
 
@@ -278,14 +281,15 @@ class RelativePositions(nn.Module):
         return per_distance @ self.values.weight
 
 
-def rotate(x: torch.Tensor, start: int = 0, base: float = 10000.0) -> torch.Tensor:
+def rotate(x: torch.Tensor, start: int | torch.Tensor = 0, base: float = 10000.0) -> torch.Tensor:
     """Rotary positions (RoPE, Su et al. 2021): x (..., T, d) at positions p = start .. start + T - 1,
     each feature pair (x_m, x_{m + d/2}) rotated by the angle p theta_m, theta_m = base^(-2m / d).
+    ``start`` may be a one-element tensor (a compiled decoding step reads no number on the host).
 
     Rotations compose, R_i^T R_j = R_{j - i}, so (R_i q) . (R_j k) = q . R_{j - i} k: the logit of a
     rotated query and key depends on their positions only through j - i. No parameters."""
     half, dtype = x.size(-1) // 2, torch.promote_types(x.dtype, torch.float32)  # angles in fp32 at least
-    position = torch.arange(start, start + x.size(-2), device=x.device, dtype=dtype)
+    position = (start + torch.arange(x.size(-2), device=x.device)).to(dtype)
     theta = base ** (-2.0 * torch.arange(half, device=x.device, dtype=dtype) / x.size(-1))
     angle = position.unsqueeze(1) * theta  # (T, d/2)
     cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
@@ -350,7 +354,7 @@ class MultiHeadAttention(nn.Module):
         return x.view(x.size(0), x.size(1), self.heads, self.d_k).transpose(1, 2)
 
     def project_kv(self, key: torch.Tensor, value: torch.Tensor | None = None,
-                   start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+                   start: int | torch.Tensor = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Projected keys and values, each (B, heads, Tk, d_k); cache these to attend repeatedly.
         With rotary positions the keys come rotated, as keys at positions start .. start + Tk - 1."""
         if value is None or value is key:
@@ -371,19 +375,22 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         kv_cache: tuple[torch.Tensor, torch.Tensor] | None = None,
         is_causal: bool = False,
+        query_start: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """query (B, Tq, D); key/value (B, Tk, D), or ``kv_cache`` = already projected (k, v) from
-        ``project_kv``; mask broadcastable to (B, heads, Tq, Tk), True = may attend.
+        ``project_kv``; mask broadcastable to (B, heads, Tq, Tk), True = may attend. The queries are
+        at the last Tq key positions, or from ``query_start`` (a one-element tensor: a preallocated
+        cache, whose keys past the queries the mask hides) for rotary and relative positions.
 
         Returns output (B, Tq, D) and, if ``need_weights``, weights (B, heads, Tq, Tk).
         """
         q = self._split(self.q_proj(query))  # (B, H, Tq, d_k)
         k, v = kv_cache if kv_cache is not None else self.project_kv(key, value)  # (B, H, Tk, d_k)
         if self.rotary:
-            q = rotate(q, start=k.size(2) - q.size(2))  # the queries are the last Tq key positions
+            q = rotate(q, start=k.size(2) - q.size(2) if query_start is None else query_start)
         rows = bias = None
         if self.relative is not None:
-            rows = self.relative.distances(q.size(2), k.size(2), q.device)  # (Tq, Tk)
+            rows = self.relative.distances(q.size(2), k.size(2), q.device, query_start)  # (Tq, Tk)
             bias = self.relative.key_logits(q, rows) / math.sqrt(self.d_k)  # (B, H, Tq, Tk)
         relative_values = self.relative is not None and self.relative.values is not None
         p = self.dropout if self.training else 0.0
