@@ -308,7 +308,7 @@ def test_a_port_in_use_is_a_named_error():
 def start_server(run: Path, *flags: str) -> tuple[subprocess.Popen, str, list[str]]:
     """``seq2seq serve`` on a free loopback port; its URL from the ``serve url=`` log line."""
     proc = subprocess.Popen([sys.executable, "-m", "seq2seq", "serve", "--checkpoint", str(run), "--device",
-                             "cpu", "--port", "0", *flags], cwd=ROOT, env=ONE_THREAD, stdin=subprocess.DEVNULL,
+                             "cpu", "--port", "0", "--compile", "off", *flags], cwd=ROOT, env=ONE_THREAD, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     log: list[str] = []
     for line in proc.stderr:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import secrets
 import sys
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from ..checkpoint.loaded import LoadedCheckpoint
 from ..config import DEFAULT_BEAM_SIZE, AlignConfig, DecodeConfig, check_decoding
 from ..errors import UserError
 from ..models.base import EncoderDecoder
+from ..models.compiled import compile_decoding, compile_pays
 from ..runtime import LOGGER, allow_tf32, precision_warning, resolve_device
 from .scoring import pad_ids
 from .shortlist import FILE_NAME, Shortlist
@@ -136,11 +138,14 @@ class Translator:
         #: (layer, heads) that guided alignment trained to align (``RunConfig.supervised_attention``), read by
         #: default by the alignment export, ``seq2seq align`` and ``serve`` (``AlignConfig.for_model``)
         self.supervised_attention: tuple[int, list[int]] | None = None
+        #: whether the model decodes one sentence at a time through a compiled step (``from_checkpoints``)
+        self.compiled = False
 
     @classmethod
     def from_checkpoint(cls, path: str | Path | Sequence[str | Path], device: str = "auto",
                         max_input_tokens: int = DecodeConfig.max_input_tokens,
-                        precision: str = "fp32", shortlist: str | Path | None = None) -> "Translator":
+                        precision: str = "fp32", shortlist: str | Path | None = None,
+                        compile: bool | None = False) -> "Translator":
         """A checkpoint file or run directory; a list of them is ``from_checkpoints`` (an ensemble).
 
         ``precision`` fp16 / bf16 stores the weights and runs decoding in half precision: it
@@ -156,20 +161,28 @@ class Translator:
         int8 translation can depend on the sentences batched with it.
 
         ``shortlist``: a file written by ``seq2seq shortlist`` (training writes the run's
-        ``shortlist.npz``), or "auto" for the one next to the checkpoint."""
+        ``shortlist.npz``), or "auto" for the one next to the checkpoint. ``compile``: see
+        ``from_checkpoints``."""
         paths = [path] if isinstance(path, (str, Path, LoadedCheckpoint)) else list(path)
-        return cls.from_checkpoints(paths, device, max_input_tokens, precision, shortlist)
+        return cls.from_checkpoints(paths, device, max_input_tokens, precision, shortlist, compile)
 
     @classmethod
     def from_checkpoints(cls, paths: Sequence[str | Path | LoadedCheckpoint], device: str = "auto",
                          max_input_tokens: int = DecodeConfig.max_input_tokens,
-                         precision: str = "fp32", shortlist: str | Path | None = None) -> "Translator":
+                         precision: str = "fp32", shortlist: str | Path | None = None,
+                         compile: bool | None = False) -> "Translator":
         """One checkpoint: its model; several: their ensemble (``EnsembleModel``: at every step the
         mean of the members' probabilities), of any mix of architectures. They must share the
         SentencePiece model (else a UserError naming both files, before any model is built).
         ``shortlist`` "auto" is the one next to the first checkpoint; the other options are
         ``from_checkpoint``'s, applied to every member. A member may be given already read
-        (``LoadedCheckpoint``)."""
+        (``LoadedCheckpoint``).
+
+        ``compile`` decodes one sentence at a time (batch size 1: interactive use, ``serve``) with
+        the Transformer's static-shape step compiled by ``torch.compile`` (``seq2seq.models.compiled``):
+        the first sentence of each beam size waits for its compilation (15-30 s), every later one is
+        about 2x faster (docs/benchmarks.md). None: where that was measured to pay (``compile_pays``:
+        fp32 on CPU); False (the default): the eager step, the reference."""
         if isinstance(paths, (str, Path, LoadedCheckpoint)):
             paths = [paths]
         if not paths:
@@ -207,10 +220,20 @@ class Translator:
                                 f"{config.model.vocab_size}; rebuild it with `seq2seq shortlist`")
         models = [_build(member, dev, precision) for member in loaded]
         model = models[0] if len(models) == 1 else EnsembleModel(models)
+        compiled = compile_decoding(model) if (compile_pays(dev, precision) if compile is None else compile) else False
         translator = cls(model, tokenizer, dev, max_input_tokens, shortlist,
                          checkpoints=[str(p.path if isinstance(p, LoadedCheckpoint) else p) for p in paths])
+        translator.compiled = compiled
         translator.supervised_attention = config.supervised_attention()  # an ensemble's attention is its first's
         return translator
+
+    def warm_up(self, beam_sizes: Sequence[int]) -> float:
+        """Translate one sentence alone at each beam size, so that a compiled model (``compile``)
+        compiles now rather than in the first request; returns the seconds it took."""
+        start = time.perf_counter()
+        for beam_size in beam_sizes:
+            self.translate(["warm up"], beam_size=beam_size, batch_size=1, need_attention=False)
+        return time.perf_counter() - start
 
     def translate(
         self,

@@ -62,6 +62,7 @@ class TranslateJob:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     device: str = "auto"
     precision: str = "fp32"
+    compile: bool = False  # compiled one-sentence-at-a-time decoding (Translator.from_checkpoints)
     shortlist: str | None = None  # a file, or "auto": the run's shortlist.npz
     shortlist_sizes: tuple[int, int] | None = None
     alignments: str | None = None  # JSONL (+ .npz beside it)
@@ -83,7 +84,7 @@ def translate_stream(job: TranslateJob) -> int:
     decode = job.decode
     translator = Translator.from_checkpoints(job.checkpoints, device=job.device,
                                              max_input_tokens=decode.max_input_tokens, precision=job.precision,
-                                             shortlist=job.shortlist)
+                                             shortlist=job.shortlist, compile=job.compile)
     job = dataclasses.replace(job, align=job.align.for_model(translator.supervised_attention))
     if job.shortlist_sizes is not None:
         if translator.shortlist is None:

@@ -7,14 +7,14 @@ Inductor turns the whole step into one C++ function: with ``freezing`` the weigh
 it may lay out as it likes, and with ``max_autotune`` every linear layer is benchmarked between its
 own C++ GEMM template (specialised to the shape) and MKL, the faster kept.
 
-Shapes: ``static_step`` has the same shapes at every step of a batch (the key/value cache is
-preallocated, ``TransformerEncoderDecoder.init_state`` with ``max_steps``). The source length,
-the cache length and a shortlist's size are dynamic dimensions of one graph; the number of decoder
-rows is compiled as a constant (the GEMM template is specialised to it) up to ``STATIC_ROWS``
-rows, one graph per row count (1 and 5 for batch-1 greedy and beam-5 search), and as one more
-dynamic dimension above it. Each graph compiles once per process, on first use (seconds: measured
-in docs/benchmarks.md); Inductor keeps what it compiled on disk (``TORCHINDUCTOR_CACHE_DIR``), so
-a second process loads it in a fraction of that.
+Shapes: ``static_step`` has the same shapes at every step of a sentence (the key/value cache is
+preallocated, ``TransformerEncoderDecoder.init_state`` with ``max_steps``, for one sentence at a
+time: the interactive case; wide batches decode eagerly, as fast there). The source length, the
+cache length and a shortlist's size are dynamic dimensions of one graph; the number of decoder
+rows is a constant (the GEMM template is specialised to it): one graph for greedy search (1 row)
+and one per beam size (k rows). Each graph compiles once per process, on first use (seconds:
+measured in docs/benchmarks.md); Inductor keeps what it compiled on disk
+(``TORCHINDUCTOR_CACHE_DIR``), so a later process loads it in a fraction of that.
 
 The eager ``static_step`` is the reference: compiled outputs equal it to rounding (a different
 order of additions in the matrix products). Should compiling fail (no C++ compiler, say), a
@@ -29,21 +29,20 @@ import torch
 
 from ..runtime import LOGGER
 
-#: row counts compiled as constants (one graph each); wider batches share one dynamic-row graph
-STATIC_ROWS = 8
-
 #: Inductor options: weights frozen into the graph, linear layers autotuned (C++ template vs MKL).
 #: Set while a graph is traced and compiled (Dynamo reads ``freezing`` as it traces, so
 #: ``torch.compile(options=...)`` would not do), not for the whole process.
-INDUCTOR_OPTIONS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
+INDUCTOR_OPTIONS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
+                    "cpp_wrapper": True,  # the graph's calling code in C++ too
+                    "autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}  # quiet
 
 
-def compile_pays(device: torch.device, dtype: torch.dtype, quantized: bool) -> bool:
+def compile_pays(device: torch.device, precision: str) -> bool:
     """Whether ``compile_decoding`` is on by default: fp32 on CPU, where it was measured
-    (docs/benchmarks.md). Not int8 (Inductor does not compile the quantized linear layers' dynamic
-    quantization), not half precision (no fast CPU kernels to gain from), not on CUDA (CUDA graphs
-    through ``mode="reduce-overhead"`` need the cache writes outside the graph; not measured yet)."""
-    return device.type == "cpu" and dtype == torch.float32 and not quantized
+    (docs/benchmarks.md). Not int8 (the quantized linear layers are opaque to Inductor), not half
+    precision (no fast CPU kernels to gain from), not on CUDA (not measured on a GPU yet; CUDA graphs,
+    ``mode="reduce-overhead"``, would be the way there)."""
+    return device.type == "cpu" and precision == "fp32"
 
 
 def compile_decoding(model: torch.nn.Module) -> bool:
@@ -61,7 +60,7 @@ def compile_decoding(model: torch.nn.Module) -> bool:
 def _dynamic(tensor: torch.Tensor, dim: int) -> None:
     """Mark a dimension dynamic (one graph for all its sizes); sizes 0 and 1 stay constants, as
     Dynamo specialises them."""
-    if tensor.size(dim) > 1:
+    if tensor.size(dim) > 1 and dim not in getattr(tensor, "_dynamo_dynamic_indices", ()):  # once per tensor
         torch._dynamo.mark_dynamic(tensor, dim)
 
 
@@ -75,25 +74,24 @@ class CompiledStep:
 
     def __call__(self, memory: dict, caches: list, position: torch.Tensor, tokens: torch.Tensor,
                  need_attention: bool, output_weight: torch.Tensor | None):
-        wide = tokens.size(0) > STATIC_ROWS
-        for key, value in memory["cross_kv"]:
+        # one layout for the small inputs, whatever view they come as (else one graph per kind of view):
+        # beam search's first step passes every k-th token; a mask may be a slice of a batch's
+        tokens = tokens.clone(memory_format=torch.contiguous_format)
+        memory = {**memory, "src_mask": memory["src_mask"].clone(memory_format=torch.contiguous_format)}
+        for key, value in memory["cross_kv"] + caches:
             _dynamic(key, 2), _dynamic(value, 2)
-            if wide:
-                _dynamic(key, 0), _dynamic(value, 0)
         _dynamic(memory["src_mask"], 1)
-        for key, value in caches:
-            _dynamic(key, 2), _dynamic(value, 2)
-            if wide:
-                _dynamic(key, 0), _dynamic(value, 0)
-        if wide:
-            _dynamic(memory["src_mask"], 0), _dynamic(tokens, 0)
         if output_weight is not None:
             _dynamic(output_weight, 0)
-        key = ("wide" if wide else tokens.size(0), need_attention, output_weight is None)
+        key = (tokens.size(0), need_attention, output_weight is None)
         try:
             if key in self.graphs:
                 return self.function(memory, caches, position, tokens, need_attention, output_weight)
-            with torch._inductor.config.patch(INDUCTOR_OPTIONS):  # read while tracing: the first call of a shape
+            # read while tracing: the first call of a shape. Without duck sizing, equal sizes of
+            # different dimensions (a source as long as the cache) are not assumed equal ever after.
+            with torch._inductor.config.patch(INDUCTOR_OPTIONS), \
+                    torch.fx.experimental._config.patch(use_duck_shape=False), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # Inductor's own deprecation warnings while it compiles
                 result = self.function(memory, caches, position, tokens, need_attention, output_weight)
             self.graphs.add(key)
             return result

@@ -234,11 +234,14 @@ class TransformerEncoderDecoder(EncoderDecoder):
         return {"src_mask": src_mask, "cross_kv": cross_kv}
 
     def init_state(self, memory: dict, max_steps: int | None = None) -> dict:
-        """An empty self-attention cache per layer: growing by one position per step (``max_steps``
-        None), or preallocated for ``max_steps`` steps rounded up to a multiple of ``CACHE_BUCKET``
-        with the step count ``step`` (B,) beside it (the static-shape step, ``static_step``)."""
+        """An empty self-attention cache per layer: growing by one position per step, or with
+        ``static_cache`` for one sentence (batch 1, the interactive case) and ``max_steps`` given,
+        preallocated for ``max_steps`` steps rounded up to a multiple of ``CACHE_BUCKET``, with the
+        step count ``step`` (B,) beside it (the static-shape step, ``static_step``). Wide batches keep
+        the growing cache: there the eager step is as fast as the compiled one, and beam search
+        reorders a preallocated cache at a higher cost (docs/performance.md)."""
         k = memory["cross_kv"][0][0]  # (B, heads, S, d_k)
-        if max_steps is None or not self.static_cache:
+        if max_steps is None or not self.static_cache or k.size(0) != 1:
             empty = k.new_zeros(k.size(0), k.size(1), 0, k.size(3))  # (B, heads, 0, d_k)
             return {"self_kv": [(empty, empty) for _ in self.decoder]}
         length = -(-max(max_steps, 1) // CACHE_BUCKET) * CACHE_BUCKET

@@ -1,0 +1,158 @@
+"""The Transformer's static-shape decoding step (a preallocated key/value cache written in place) equals
+the growing cache's step, for every position encoding and through every search; compiled, it equals
+the eager step (``seq2seq.models.compiled``)."""
+import warnings
+
+import pytest
+import torch
+
+from seq2seq.decoding.constrained import constrained_beam_search
+from seq2seq.decoding.constraints import SentenceConstraints
+from seq2seq.decoding.ensemble import EnsembleModel
+from seq2seq.decoding.prefix import Prefixes
+from seq2seq.decoding.search import beam_search, greedy_search, sample_search
+from seq2seq.decoding.sampling import Sampling
+from seq2seq.models.base import select_batch
+from seq2seq.models.compiled import compile_decoding
+from seq2seq.models.transformer import CACHE_BUCKET
+from test_models import BOS, EXTRA, VARIANTS, VOCAB, make_model, reverse_batch, single, train
+
+TRANSFORMERS = [v for v in list(VARIANTS) + list(EXTRA) if v.startswith("transformer")]
+
+
+def _sentence(seed: int = 0, length: int = 6):
+    src, mask, tgt_in, _ = reverse_batch(1, torch.Generator().manual_seed(seed), length, length)
+    return src, mask, tgt_in
+
+
+@pytest.mark.parametrize("variant", TRANSFORMERS)
+def test_the_static_step_equals_the_growing_cache_under_beam_reordering(variant):
+    """k rows of one sentence, reordered between steps as beam search does: logits and attention of
+    every step agree with the growing cache's, and the fast path (no attention) too."""
+    model, k = make_model(variant).eval(), 3
+    src, mask, tgt_in = _sentence()
+    generator = torch.Generator().manual_seed(1)
+    with torch.inference_mode():
+        memory = model.encode(src, mask)
+        growing = select_batch(model.init_state(memory, 9), torch.zeros(k, dtype=torch.long))
+        model.static_cache = True
+        static = select_batch(model.init_state(memory, 9), torch.zeros(k, dtype=torch.long))
+        assert static["self_kv"][0][0].size(2) == CACHE_BUCKET and "step" not in growing
+        rows = torch.randint(4, VOCAB, (k, 9), generator=generator)
+        for t in range(9):
+            logits, growing, weights = model.decode_step(memory, growing, rows[:, t])
+            fast, _, none = model.decode_step(memory, {"self_kv": [tuple(c.clone() for c in kv)
+                                                                   for kv in static["self_kv"]],
+                                                       "step": static["step"]}, rows[:, t], need_attention=False)
+            static_logits, static, static_weights = model.decode_step(memory, static, rows[:, t])
+            torch.testing.assert_close(static_logits, logits, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(static_weights, weights, atol=1e-6, rtol=1e-5)
+            torch.testing.assert_close(fast, logits, atol=1e-5, rtol=1e-5)
+            assert none is None and static["step"].tolist() == [t + 1] * k
+            order = torch.randint(0, k, (k,), generator=generator)  # beams die and split
+            growing, static = select_batch(growing, order), select_batch(static, order)
+
+
+def test_only_one_sentence_at_a_time_gets_a_static_cache():
+    model = make_model("transformer-pre").eval()
+    model.static_cache = True
+    src, mask, _, _ = reverse_batch(2, torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        assert "step" not in model.init_state(model.encode(src, mask), 12)  # wide batches: growing cache
+        assert "step" not in model.init_state(model.encode(src[:1], mask[:1]))  # no bound: growing cache
+        state = model.init_state(model.encode(src[:1], mask[:1]), CACHE_BUCKET + 1)
+    assert state["self_kv"][0][0].size(2) == 2 * CACHE_BUCKET  # rounded up to the bucket
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """A Transformer that reverses sequences (so that searches have something to find)."""
+    return train(make_model("transformer-pre"), 150, 1e-2)
+
+
+def _searches(model):
+    """Every search, one sentence at a time: name -> function(src, mask) -> hypotheses."""
+    constraints = [SentenceConstraints(((5, 6),))]
+    prefixes = Prefixes([[torch.tensor([7]), torch.tensor([8, 9])]], VOCAB)
+    vocabulary = torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 8])
+    return {
+        "greedy": lambda s, m: greedy_search(model, s, m, need_attention=False),
+        "beam": lambda s, m: beam_search(model, s, m, beam_size=4, n_best=4, need_attention=False),
+        "shortlist": lambda s, m: beam_search(model, s, m, beam_size=3, vocabulary=vocabulary,
+                                              need_attention=False),
+        "prefix": lambda s, m: beam_search(model, s, m, beam_size=3, prefixes=prefixes, need_attention=False),
+        "constraints": lambda s, m: constrained_beam_search(model, s, m, constraints, beam_size=3,
+                                                            need_attention=False),
+        "sampling": lambda s, m: sample_search(model, s, m, Sampling(seed=3), n_samples=1, need_attention=False),
+        "attention": lambda s, m: beam_search(model, s, m, beam_size=2),
+    }
+
+
+def _assert_same(got, want):
+    for hyps, reference in zip(got, want):
+        assert [h.tokens for h in hyps] == [h.tokens for h in reference]
+        for h, r in zip(hyps, reference):
+            assert abs(h.score - r.score) <= 1e-5
+            if r.attention is not None:
+                torch.testing.assert_close(h.attention, r.attention, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("search", list(_searches(None)))
+def test_every_search_decodes_the_same_on_the_static_cache(trained, search):
+    src, mask, _, _ = reverse_batch(6, torch.Generator().manual_seed(5))
+    run = _searches(trained)[search]
+    sentences = [single(src, mask, i) for i in range(6)]
+    trained.static_cache = False
+    want = [run(*sentence)[0] for sentence in sentences]
+    trained.static_cache = True
+    try:
+        got = [run(*sentence)[0] for sentence in sentences]
+    finally:
+        trained.static_cache = False
+    for g, w in zip(got, want):
+        _assert_same([g], [w])
+
+
+def test_an_ensemble_decodes_the_same_on_static_caches(trained):
+    other = make_model("transformer-rope", seed=1).eval()
+    ensemble = EnsembleModel([trained, other])
+    src, mask, _, _ = reverse_batch(4, torch.Generator().manual_seed(6))
+    sentences = [single(src, mask, i) for i in range(4)]
+    want = [beam_search(ensemble, *s, beam_size=3, need_attention=False) for s in sentences]
+    trained.static_cache = other.static_cache = True
+    try:
+        got = [beam_search(ensemble, *s, beam_size=3, need_attention=False) for s in sentences]
+    finally:
+        trained.static_cache = other.static_cache = False
+    for g, w in zip(got, want):
+        _assert_same(g, w)
+
+
+def test_the_compiled_step_decodes_like_the_eager_one(trained):
+    """Greedy and beam search through the compiled step (one graph each) give the eager outputs;
+    skipped where torch.compile cannot compile (no C++ compiler)."""
+    model = make_model("transformer-pre").eval()
+    model.load_state_dict(trained.state_dict())
+    src, mask, _, _ = reverse_batch(5, torch.Generator().manual_seed(7))
+    sentences = [single(src, mask, i) for i in range(5)]
+    want = [(greedy_search(model, *s, need_attention=False), beam_search(model, *s, beam_size=3))
+            for s in sentences]
+    assert compile_decoding(model) and model.static_cache
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = [(greedy_search(model, *s, need_attention=False), beam_search(model, *s, beam_size=3))
+               for s in sentences]
+    if model.compiled_step is None:
+        pytest.skip(f"torch.compile unavailable here: {[str(w.message) for w in caught]}")
+    assert model.compiled_step.graphs == {(1, False, True), (3, False, True)}  # greedy, beam 3
+    for (greedy, beam), (greedy_want, beam_want) in zip(got, want):
+        _assert_same(greedy, greedy_want)
+        _assert_same(beam, beam_want)
+    assert all(greedy[0][0].tokens for greedy, _ in got)  # a trained model: real outputs, not empty ones
+    bos = torch.tensor([BOS])
+    with torch.inference_mode():
+        memory = model.encode(*sentences[0])
+        state = model.init_state(memory, 4)
+        assert "step" in state
+        logits, state, _ = model.decode_step(memory, state, bos, need_attention=False)
+    assert logits.shape == (1, VOCAB) and state["step"].tolist() == [1]
