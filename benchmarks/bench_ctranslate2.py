@@ -6,16 +6,26 @@
    ``compute_type="int8"`` on that same fp32 export; ours is ``--precision int8``).
 2. Decode ``test_2016_flickr`` with both engines back to back, mode by mode: greedy and beam 5 in
    wide batches (the same batch size for both: ``default_batch_size``), and greedy and beam 5 one
-   sentence at a time on the first ``--batch1-sentences`` sentences; fp32 and int8. Both searches
-   rank by log-probability (length penalty 0: CTranslate2 divides by length^alpha, we use GNMT's
+   sentence at a time on the first ``--batch1-sentences`` sentences; fp32 and int8; one sentence at
+   a time also ours compiled (``Translator(compile=True)``, fp32). Both searches rank by
+   log-probability (length penalty 0: CTranslate2 divides by length^alpha, we use GNMT's
    ((5 + |Y|) / 6)^alpha, so only 0 is the same objective) and bound outputs the same way.
-3. Record sentences/s, target subwords/s (output subwords + EOS), BLEU and chrF (sacreBLEU) of each,
-   and the share of outputs identical to ours in fp32 in the same mode; ``--out`` (JSON + markdown).
+3. Record sentences/s, target subwords/s (output subwords + EOS), ms per target subword, BLEU and
+   chrF (sacreBLEU) of each, the share of outputs identical to ours in fp32 in the same mode, and the
+   warm-up (the first 8 sentences; for the compiled engine its compilation); ``--out`` (JSON + md).
+4. The memory-bandwidth floor of one decoding step: the decoder's and output layer's fp32 bytes
+   over the read bandwidth measured here for a buffer of that size (cache-resident when it fits)
+   and for one of 256 MB (main memory).
+
+Every (engine, precision, mode) decodes in a process of its own (this script with ``--worker``):
+CTranslate2's and PyTorch's thread pools in one process slow each other down by 2x at batch 1
+(their idle threads spin), which made an earlier record of this benchmark (2026-11-26, 08:01) wrong.
 Both engines use every core (torch threads; CTranslate2 intra_threads, one translator).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -41,30 +51,81 @@ def export(checkpoint: Path, out: Path) -> None:
                    check=True, cwd=ROOT)
 
 
-def engines(checkpoint: Path, ct2_dir: Path, threads: int) -> dict:
-    """name -> a function(sentences, beam, batch) -> outputs, for both engines and precisions."""
-    from seq2seq.decoding.translator import Translator
-    from seq2seq.export.ctranslate2 import CTranslate2Translator
+ENGINES = ("ours", "ours compiled", "ctranslate2")
 
-    def ours(precision):
-        translator = Translator.from_checkpoint(checkpoint, device="cpu", precision=precision)
+
+def engine(name: str, precision: str, checkpoint: Path, ct2_dir: Path, threads: int):
+    """A function(sentences, beam, batch) -> outputs for one engine and precision."""
+    if name.startswith("ours"):
+        from seq2seq.decoding.translator import Translator
+
+        translator = Translator.from_checkpoint(checkpoint, device="cpu", precision=precision,
+                                                compile=name == "ours compiled")
         return lambda sentences, beam, batch: [t.text for t in translator.translate(
             sentences, beam_size=beam, length_penalty=0.0, batch_size=batch, need_attention=False)]
+    from seq2seq.export.ctranslate2 import CTranslate2Translator
 
-    def ctranslate2(compute_type):
-        translator = CTranslate2Translator(ct2_dir, compute_type=compute_type, intra_threads=threads)
-        return lambda sentences, beam, batch: translator.translate(sentences, beam_size=beam, length_penalty=0.0,
-                                                                   batch_size=batch)
+    translator = CTranslate2Translator(ct2_dir, compute_type={"fp32": "float32", "int8": "int8"}[precision],
+                                       intra_threads=threads)
+    return lambda sentences, beam, batch: translator.translate(sentences, beam_size=beam, length_penalty=0.0,
+                                                               batch_size=batch)
 
-    return {("ours", "fp32"): ours("fp32"), ("ctranslate2", "fp32"): ctranslate2("float32"),
-            ("ours", "int8"): ours("int8"), ("ctranslate2", "int8"): ctranslate2("int8")}
+
+def worker(args: argparse.Namespace) -> int:
+    """Decode one (engine, precision, mode) in this process; print outputs and timings as JSON."""
+    torch.set_num_threads(args.threads)
+    job = json.loads(args.worker)
+    sources = json.loads(Path(job["sources"]).read_text(encoding="utf-8"))
+    decode = engine(job["engine"], job["precision"], args.checkpoint, Path(job["ct2_dir"]), args.threads)
+    start = time.perf_counter()
+    decode(sources[:8], job["beam"], job["batch"])  # warm-up: allocations, thread pools, compilation
+    warmup = time.perf_counter() - start
+    start = time.perf_counter()
+    outputs = decode(sources, job["beam"], job["batch"])
+    print(json.dumps({"outputs": outputs, "seconds": time.perf_counter() - start, "warmup_seconds": warmup}))
+    return 0
+
+
+def decode_in_process(args: argparse.Namespace, job: dict) -> dict:
+    """``worker`` in a fresh process (module docstring: why)."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(job), "--checkpoint",
+               str(args.checkpoint.resolve()), "--data-dir", str(args.data_dir.resolve()), "--threads", str(args.threads)]
+    done = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def decoder_bytes(checkpoint: Path) -> int:
+    """fp32 bytes one decoding step reads: the decoder's and the output layer's weights."""
+    from seq2seq.decoding.translator import Translator
+
+    model = Translator.from_checkpoint(checkpoint, device="cpu").model
+    weights = {id(p): p for p in [*model.decoder.parameters(), *model.dec_norm.parameters(), model.generator.weight]}
+    return sum(p.numel() * 4 for p in weights.values())
+
+
+def read_bandwidth(nbytes: int, repeats: int = 20) -> float:
+    """Bytes per second of summing a float32 buffer of ``nbytes`` (best of ``repeats``)."""
+    buffer = torch.ones(max(1, nbytes // 4))
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        buffer.sum()
+        best = min(best, time.perf_counter() - start)
+    return buffer.numel() * 4 / best
+
+
+def floor(checkpoint: Path) -> dict:
+    nbytes = decoder_bytes(checkpoint)
+    fitting, dram = read_bandwidth(nbytes), read_bandwidth(256 << 20, 5)
+    return {"decoder_bytes": nbytes, "read_gb_per_s_decoder_sized": fitting / 1e9, "read_gb_per_s_256mb": dram / 1e9,
+            "floor_ms_per_step_decoder_sized": 1e3 * nbytes / fitting, "floor_ms_per_step_256mb": 1e3 * nbytes / dram}
 
 
 def run(args: argparse.Namespace) -> dict:
     from seq2seq.metrics import corpus_scores
     from seq2seq.decoding.translator import Translator, default_batch_size
 
-    threads = args.threads or os.cpu_count()
+    threads = args.threads
     torch.set_num_threads(threads)
     sources = (args.data_dir / f"{args.test_split}.{args.src}").read_text(encoding="utf-8").splitlines()
     references = (args.data_dir / f"{args.test_split}.{args.tgt}").read_text(encoding="utf-8").splitlines()
@@ -75,34 +136,38 @@ def run(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         ct2_dir = Path(tmp) / "ct2"
         export(args.checkpoint, ct2_dir)
-        decoders = engines(args.checkpoint, ct2_dir, threads)
         for mode, (beam, batch) in MODES.items():
             count = args.batch1_sentences if batch == 1 else len(sources)
+            source_file = Path(tmp) / f"sources-{count}.json"
+            source_file.write_text(json.dumps(sources[:count]), encoding="utf-8")
             batch = batch or default_batch_size(beam)
             reference_outputs = None
             for precision in ("fp32", "int8"):
-                for engine in ("ours", "ctranslate2"):  # back to back, ours first
-                    decode = decoders[(engine, precision)]
-                    decode(sources[:8], beam, batch)  # warm-up: first-call allocations, thread pools
-                    start = time.perf_counter()
-                    outputs = decode(sources[:count], beam, batch)
-                    seconds = time.perf_counter() - start
-                    if engine == "ours" and precision == "fp32":
+                for name in ENGINES:  # back to back, ours first
+                    if name == "ours compiled" and (batch != 1 or precision != "fp32"):
+                        continue  # compiled decoding is for one sentence at a time, in fp32
+                    job = {"engine": name, "precision": precision, "beam": beam, "batch": batch,
+                           "sources": str(source_file), "ct2_dir": str(ct2_dir)}
+                    done = decode_in_process(args, job)
+                    outputs, seconds = done["outputs"], done["seconds"]
+                    if name == "ours" and precision == "fp32":
                         reference_outputs = outputs
                     scores = corpus_scores(outputs, references[:count], ("bleu", "chrf"))
                     subwords = sum(len(tokenizer.encode(o)) + 1 for o in outputs)
-                    row = {"mode": mode, "engine": engine, "precision": precision, "beam": beam, "batch": batch,
+                    row = {"mode": mode, "engine": name, "precision": precision, "beam": beam, "batch": batch,
                            "sentences": count, "seconds": seconds, "sentences_per_s": count / seconds,
-                           "target_subwords_per_s": subwords / seconds, "bleu": scores["bleu"].score,
+                           "target_subwords_per_s": subwords / seconds, "ms_per_subword": 1e3 * seconds / subwords,
+                           "warmup_seconds": done["warmup_seconds"], "bleu": scores["bleu"].score,
                            "chrf": scores["chrf"].score,
                            "identical_to_ours_fp32": sum(a == b for a, b in zip(outputs, reference_outputs)) / count}
                     results.append(row)
-                    print(f"{mode:16} {engine:11} {precision}: {row['sentences_per_s']:8.1f} sent/s "
-                          f"{row['target_subwords_per_s']:8.0f} subwords/s BLEU {row['bleu']:.2f} "
-                          f"identical {row['identical_to_ours_fp32']:.3f}", file=sys.stderr, flush=True)
+                    print(f"{mode:16} {name:13} {precision}: {row['sentences_per_s']:8.1f} sent/s "
+                          f"{row['ms_per_subword']:6.2f} ms/subword BLEU {row['bleu']:.2f} "
+                          f"identical {row['identical_to_ours_fp32']:.3f} warm-up {row['warmup_seconds']:.1f} s",
+                          file=sys.stderr, flush=True)
     return {**provenance("ctranslate2"), "checkpoint": str(args.checkpoint), "test_split": args.test_split,
             "threads": threads, "ctranslate2": _version("ctranslate2"), "results": results,
-            "bleu_signature": scores["bleu"].signature}
+            "bandwidth_floor": floor(args.checkpoint), "bleu_signature": scores["bleu"].signature}
 
 
 def _version(package: str) -> str:
@@ -118,14 +183,22 @@ def table(record: dict) -> str:
         ours = by_key[(r["mode"], "ours", r["precision"])]
         speedup = r["sentences_per_s"] / ours["sentences_per_s"]
         rows.append([r["mode"], r["precision"], r["engine"], r["sentences"], f"{r['sentences_per_s']:.1f}",
-                     f"{r['target_subwords_per_s']:.0f}", f"{speedup:.2f}x", f"{r['bleu']:.2f}", f"{r['chrf']:.1f}",
-                     f"{100 * r['identical_to_ours_fp32']:.1f}%"])
+                     f"{r['target_subwords_per_s']:.0f}", f"{r['ms_per_subword']:.2f}", f"{speedup:.2f}x",
+                     f"{r['bleu']:.2f}", f"{r['chrf']:.1f}", f"{100 * r['identical_to_ours_fp32']:.1f}%",
+                     f"{r['warmup_seconds']:.1f}"])
     machine = record["machine"]
     head = (f"{record['test_split']}, {machine['cpu']} ({machine['cpu_capability']}), {record['threads']} threads, "
             f"CTranslate2 {record['ctranslate2']}, torch {machine['versions']['torch']}; "
-            "length penalty 0 for both.\n\n")
+            "length penalty 0 for both; every engine in a process of its own.\n\n")
+    bound = record["bandwidth_floor"]
+    foot = (f"\nMemory-bandwidth floor of one decoding step (fp32 decoder + output layer, "
+            f"{bound['decoder_bytes'] / 1e6:.1f} MB): {bound['floor_ms_per_step_decoder_sized']:.3f} ms at the "
+            f"{bound['read_gb_per_s_decoder_sized']:.0f} GB/s read here for a buffer that size, "
+            f"{bound['floor_ms_per_step_256mb']:.3f} ms at the {bound['read_gb_per_s_256mb']:.0f} GB/s of a 256 MB one. "
+            "Warm-up: the first 8 sentences (compiled: the compilation).\n")
     return head + markdown_table(["mode", "precision", "engine", "sentences", "sentences/s", "subwords/s",
-                                  "vs ours", "BLEU", "chrF", "identical to ours fp32"], rows) + "\n"
+                                  "ms/subword", "vs ours", "BLEU", "chrF", "identical to ours fp32", "warm-up s"],
+                                 rows) + foot
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,7 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch1-sentences", type=int, default=250, help="sentences decoded one at a time")
     parser.add_argument("--threads", type=int, default=0, help="threads for both engines (0 = every core)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "ctranslate2.json")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # one engine, precision and mode (``worker``)
     args = parser.parse_args(argv)
+    args.threads = args.threads or os.cpu_count()
+    if args.worker:
+        return worker(args)
     record = run(args)
     text = table(record)
     write_record(args.out, record, text)

@@ -286,7 +286,9 @@ def test_ctranslate2_benchmark_decodes_with_both_engines_in_every_mode(data, tmp
            "de", "--test-split", "test", "--batch1-sentences", "2", "--threads", "1", "--out", str(out), cwd=tmp_path)
     record = check_record(out, "ctranslate2")
     rows = {(r["mode"], r["engine"], r["precision"]): r for r in record["results"]}
-    assert len(rows) == 16 and rows[("greedy, batch 1", "ours", "fp32")]["sentences"] == 2
+    assert len(rows) == 18 and rows[("greedy, batch 1", "ours", "fp32")]["sentences"] == 2
+    assert rows[("beam 5, batch 1", "ours compiled", "fp32")]["identical_to_ours_fp32"] == 1.0
+    assert ("beam 5", "ours compiled", "fp32") not in rows and record["bandwidth_floor"]["decoder_bytes"] > 0
     assert rows[("beam 5", "ours", "fp32")]["identical_to_ours_fp32"] == 1.0
     assert "| beam 5 | int8 | ctranslate2 |" in (tmp_path / "ct2.md").read_text()
 
