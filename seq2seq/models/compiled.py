@@ -46,13 +46,14 @@ def compile_pays(device: torch.device, precision: str) -> bool:
 
 
 def compile_decoding(model: torch.nn.Module) -> bool:
-    """Give ``model`` (a Transformer; an ensemble: each Transformer member) a compiled static step,
-    so that the search decodes on preallocated caches through it. True if any model got one."""
+    """Give ``model`` (a Transformer; an ensemble: each Transformer member) a compiled static step
+    and a compiled encoder for one sentence, so that the search decodes a lone sentence on
+    preallocated caches through them. True if any model got them."""
     members = getattr(model, "members", [model])
     compiled = False
     for member in members:
         if hasattr(member, "static_step"):
-            member.compiled_step = CompiledStep(member)
+            member.compiled_step, member.compiled_encode = CompiledStep(member), CompiledEncoder(member)
             member.static_cache = compiled = True
     return compiled
 
@@ -64,40 +65,79 @@ def _dynamic(tensor: torch.Tensor, dim: int) -> None:
         torch._dynamo.mark_dynamic(tensor, dim)
 
 
-class CompiledStep:
-    """``model.static_step`` compiled (module docstring), called as it is."""
+def _dense(tensor: torch.Tensor) -> torch.Tensor:
+    """A small input in one layout whatever view it comes as (else one graph per kind of view: beam
+    search's first step passes every k-th token, a mask may be a slice of a batch's)."""
+    return tensor.clone(memory_format=torch.contiguous_format)
 
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model = model
-        self.function: Callable[..., Any] = torch.compile(model.static_step, dynamic=False)
-        self.graphs: set[tuple] = set()  # shapes compiled so far (rows, attention, shortlist)
 
-    def __call__(self, memory: dict, caches: list, position: torch.Tensor, tokens: torch.Tensor,
-                 need_attention: bool, output_weight: torch.Tensor | None):
-        # one layout for the small inputs, whatever view they come as (else one graph per kind of view):
-        # beam search's first step passes every k-th token; a mask may be a slice of a batch's
-        tokens = tokens.clone(memory_format=torch.contiguous_format)
-        memory = {**memory, "src_mask": memory["src_mask"].clone(memory_format=torch.contiguous_format)}
-        for key, value in memory["cross_kv"] + caches:
-            _dynamic(key, 2), _dynamic(value, 2)
-        _dynamic(memory["src_mask"], 1)
-        if output_weight is not None:
-            _dynamic(output_weight, 0)
-        key = (tokens.size(0), need_attention, output_weight is None)
+class Compiled:
+    """``function`` compiled (module docstring), called through ``call``; should compiling fail,
+    a warning, ``on_failure()`` (the model drops its compiled parts) and ``function`` itself."""
+
+    def __init__(self, function: Callable[..., Any], on_failure: Callable[[], None]) -> None:
+        self.eager, self.on_failure = function, on_failure
+        self.function: Callable[..., Any] = torch.compile(function, dynamic=False)
+        self.graphs: set[tuple] = set()  # the shapes compiled so far
+
+    def call(self, key: tuple, *args: Any) -> Any:
         try:
-            if key in self.graphs:
-                return self.function(memory, caches, position, tokens, need_attention, output_weight)
+            if key in self.graphs:  # only the guards that tell the compiled graphs apart (see CompiledStep)
+                with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+                    return self.function(*args)
             # read while tracing: the first call of a shape. Without duck sizing, equal sizes of
             # different dimensions (a source as long as the cache) are not assumed equal ever after.
             with torch._inductor.config.patch(INDUCTOR_OPTIONS), \
                     torch.fx.experimental._config.patch(use_duck_shape=False), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # Inductor's own deprecation warnings while it compiles
-                result = self.function(memory, caches, position, tokens, need_attention, output_weight)
+                result = self.function(*args)
             self.graphs.add(key)
             return result
-        except Exception as exc:  # the compiler's errors are of many types; the eager step is always there
+        except Exception as exc:  # the compiler's errors are of many types; the eager path is always there
             warnings.warn(f"compiled decoding failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
-                          "decoding uncompiled (--no-compile skips the attempt)", RuntimeWarning, stacklevel=2)
+                          "decoding uncompiled", RuntimeWarning, stacklevel=3)
             LOGGER.debug("compiled decoding failed", exc_info=True)
-            self.model.compiled_step = None
-            return self.model.static_step(memory, caches, position, tokens, need_attention, output_weight)
+            self.on_failure()
+            return self.eager(*args)
+
+
+def _uncompile(model: torch.nn.Module) -> None:
+    model.compiled_step = model.compiled_encode = None
+    model.static_cache = False  # the eager static step is slower than the growing cache's
+
+
+class CompiledStep(Compiled):
+    """``model.static_step`` compiled: one graph per row count, attention or not, shortlist or not.
+
+    Dynamo checks every input of a call against the guards of its graphs before running one (~90 us
+    here, most of a step's overhead: the model's parameters are inputs too). Once a graph exists for
+    a call's key, the call skips the guards that all graphs share (``skip_guard_eval_unsafe``): the key
+    holds everything that may change between calls (row count, attention, shortlist, a source of one
+    position, which Dynamo specialises) and the rest cannot (the model, its dtype and device, the
+    structure of memory and state: fixed for a model)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__(model.static_step, lambda: _uncompile(model))
+
+    def __call__(self, memory: dict, caches: list, position: torch.Tensor, tokens: torch.Tensor,
+                 need_attention: bool, output_weight: torch.Tensor | None):
+        tokens, memory = _dense(tokens), {**memory, "src_mask": _dense(memory["src_mask"])}
+        for key, value in memory["cross_kv"] + caches:
+            _dynamic(key, 2), _dynamic(value, 2)
+        _dynamic(memory["src_mask"], 1)
+        if output_weight is not None:
+            _dynamic(output_weight, 0)
+        key = (tokens.size(0), need_attention, output_weight is None, memory["src_mask"].size(1) > 1)
+        return self.call(key, memory, caches, position, tokens, need_attention, output_weight)
+
+
+class CompiledEncoder(Compiled):
+    """``model.encode_eager`` compiled for one sentence of any length (one graph)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__(model.encode_eager, lambda: _uncompile(model))
+
+    def __call__(self, src: torch.Tensor, src_mask: torch.Tensor) -> dict:
+        src, src_mask = _dense(src), _dense(src_mask)
+        _dynamic(src, 1), _dynamic(src_mask, 1)
+        return self.call((src.size(0), src.size(1) > 1), src, src_mask)

@@ -195,8 +195,9 @@ class TransformerEncoderDecoder(EncoderDecoder):
         self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
         self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
         self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        #: ``static_step`` compiled (``seq2seq.models.compiled.compile_decoding``), else None
-        self.compiled_step = None
+        #: ``static_step`` and ``encode_eager`` for one sentence compiled
+        #: (``seq2seq.models.compiled.compile_decoding``), else None
+        self.compiled_step = self.compiled_encode = None
         #: whether ``init_state`` preallocates the cache when given ``max_steps`` (on with
         #: ``compiled_step``: the eager static step is slower than the growing cache's)
         self.static_cache = False
@@ -225,6 +226,11 @@ class TransformerEncoderDecoder(EncoderDecoder):
             nn.init.normal_(self.generator.weight, std=self.cfg.d_model ** -0.5)
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> dict:
+        if self.compiled_encode is not None and src.size(0) == 1 and not torch.is_grad_enabled():
+            return self.compiled_encode(src, src_mask)  # one sentence, decoding (compile_decoding)
+        return self.encode_eager(src, src_mask)
+
+    def encode_eager(self, src: torch.Tensor, src_mask: torch.Tensor) -> dict:
         mask = src_mask[:, None, None, :]  # (B, 1, 1, S)
         x = self.src_embed(src)  # (B, S, D)
         for layer in self.encoder:
