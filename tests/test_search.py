@@ -189,3 +189,43 @@ def test_search_restores_training_mode_and_checks_arguments(batch):
         beam_search(model, *batch, beam_size=2, n_best=3)
     with pytest.raises(UserError):
         translate_batch(model, *batch, beam_size=0)
+
+
+@pytest.mark.parametrize("alpha, n_best", [(0.0, 1), (0.0, 2), (1.0, 1), (-0.5, 1)])
+def test_a_sentence_stops_once_no_live_beam_can_win_with_the_same_outputs(model, batch, alpha, n_best, monkeypatch):
+    """``_Beams.settled`` ends a sentence as soon as its n-best finished hypotheses cannot be beaten:
+    the n-best lists equal those of searching on to k finished hypotheses, decoding fewer rows."""
+    from seq2seq.decoding import search
+
+    steps = []
+    decode_step = model.decode_step
+    monkeypatch.setattr(model, "decode_step", lambda m, s, tokens, **kw: steps.append(len(tokens)) or decode_step(
+        m, s, tokens, **kw))
+    src, mask = batch
+    pruned = beam_search(model, src, mask, beam_size=4, n_best=n_best, length_penalty=alpha, need_attention=False)
+    pruned_rows = sum(steps)
+    monkeypatch.setattr(search._Beams, "settled", lambda self, sentence, best, t: False)
+    steps.clear()
+    full = beam_search(model, src, mask, beam_size=4, n_best=n_best, length_penalty=alpha, need_attention=False)
+    for a, b in zip(pruned, full):
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
+    assert pruned_rows <= sum(steps)
+
+
+def test_settled_bounds_what_a_live_beam_can_still_score():
+    """A live beam at log P = -1.5 ends at log P <= -1.5, its score at most -1.5 / lp(longest): with
+    alpha 0 it cannot beat a finished -1.0, with alpha 1 and 10 tokens to go it might (-1.5 / (16/6))."""
+    from seq2seq.decoding.search import Hypothesis, _Beams
+
+    beams = object.__new__(_Beams)
+    beams.finished, beams.host_limit, beams.n_best = [[Hypothesis([5], -1.0, -1.0)]], [10], 1
+    beams.alpha = 0.0
+    assert beams.settled(0, -1.5, 3) and not beams.settled(0, -0.5, 3)
+    beams.alpha = 1.0
+    assert not beams.settled(0, -1.5, 3) and beams.settled(0, -3.0, 3)  # -3 / (16 / 6) = -1.125
+    beams.n_best = 2  # one finished hypothesis is not enough for a 2-best list
+    assert not beams.settled(0, -30.0, 3)
+    assert not beams.settled(0, float("-inf"), 3)  # no live beam, too few finished: on to the bound
+    beams.n_best = 1
+    assert beams.settled(0, float("-inf"), 3)  # no live beam and enough finished: done

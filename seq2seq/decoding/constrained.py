@@ -68,7 +68,7 @@ def constrained_beam_search(
             raise ConstraintTooLong(i, sentence.total_tokens, bound)
     with eval_mode(model, inference=True):
         beams = _ConstrainedBeams(model, src, src_mask, beam_size, length_penalty, limit,
-                                  OutputVocabulary(model, vocabulary), prefixes, constraints)
+                                  OutputVocabulary(model, vocabulary), prefixes, constraints, n_best)
         return run_beams(beams, n_best, need_attention, src, src_mask)
 
 
@@ -88,8 +88,8 @@ class _ConstrainedBeams(_Beams):
 
     def __init__(self, model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor, k: int, alpha: float,
                  limit: torch.Tensor, output: OutputVocabulary, prefixes: Prefixes | None,
-                 constraints: Sequence[SentenceConstraints]) -> None:
-        super().__init__(model, src, src_mask, k, alpha, limit, output, prefixes)
+                 constraints: Sequence[SentenceConstraints], n_best: int = 1) -> None:
+        super().__init__(model, src, src_mask, k, alpha, limit, output, prefixes, n_best)
         # per active sentence, per beam: (state, tokens so far), None for an empty slot
         self.beams: list[list[tuple[ConstraintState, list[int]] | None]] = [
             [(c.start(), [])] + [None] * (k - 1) for c in constraints]
@@ -130,7 +130,8 @@ class _ConstrainedBeams(_Beams):
             origins.append([i * k + j for j, _, _, _ in kept] + [i * k] * (k - len(kept)))
             chosen_tokens.append([token for _, token, _, _ in kept] + [BOS_ID] * (k - len(kept)))
             kept_scores.append([total for _, _, total, _ in kept] + [float("-inf")] * (k - len(kept)))
-            finished.append(len(self.finished[sentence]) >= k or t >= self.host_limit[sentence] or not kept)
+            finished.append(len(self.finished[sentence]) >= k or t >= self.host_limit[sentence] or not kept
+                            or self.settled(sentence, max(total for _, _, total, _ in kept), t))
             new_beams.append(beams)
         device = self.rows.device
         origin = torch.tensor(origins, dtype=torch.long, device=device)  # (n, k)

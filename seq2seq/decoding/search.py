@@ -198,14 +198,16 @@ def beam_search(
 
     Beams compete on raw log-probability; a hypothesis ending in EOS among the top ``beam_size``
     candidates is finished with score log P / lp(Y). A sentence is done once it has ``beam_size``
-    finished hypotheses or reaches its length bound (where EOS is forced on every beam).
+    finished hypotheses, reaches its length bound (where EOS is forced on every beam), or no live beam
+    can reach the score of its ``n_best``-th finished hypothesis any more (``_Beams.settled``: exact,
+    the outputs are those of searching on).
     """
     if not 1 <= n_best <= beam_size:
         raise UserError(f"need 1 <= --n-best ({n_best}) <= --beam-size ({beam_size})")
     with eval_mode(model, inference=True):
         beams = _Beams(model, src, src_mask, beam_size, length_penalty,
                        max_lengths(model, src_mask, max_len_ratio, max_len_offset, prefixes),
-                       OutputVocabulary(model, vocabulary), prefixes)
+                       OutputVocabulary(model, vocabulary), prefixes, n_best)
         return run_beams(beams, n_best, need_attention, src, src_mask)
 
 
@@ -227,9 +229,11 @@ class _Beams:
     sentence n; the encoder memory has one row per sentence, shared by its k beams."""
 
     def __init__(self, model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor, k: int,
-                 alpha: float, limit: torch.Tensor, output: OutputVocabulary, prefixes: Prefixes | None = None) -> None:
+                 alpha: float, limit: torch.Tensor, output: OutputVocabulary, prefixes: Prefixes | None = None,
+                 n_best: int = 1) -> None:
         batch, device = src.size(0), src.device
         self.model, self.k, self.alpha, self.limit, self.output = model, k, alpha, limit, output
+        self.n_best = n_best
         self.prefixes = prefixes
         self.memory = model.encode(src, src_mask)  # one row per sentence, read by all its beams
         self.expand = torch.arange(batch, device=device).repeat_interleave(k)  # (batch * k,)
@@ -267,7 +271,9 @@ class _Beams:
         keep = top.topk(k).indices  # (n, k), best first
         self.scores, beam, token = top.gather(1, keep), beam.gather(1, keep), token.gather(1, keep)
         origin = torch.arange(n, device=beam.device).unsqueeze(1) * k + beam  # (n, k) previous row
-        finished = [len(self.finished[r]) >= k or t >= self.host_limit[r] for r in self.host_rows]
+        best_live = self.scores[:, 0].tolist()  # the best live beam of each sentence (kept best first)
+        finished = [len(self.finished[r]) >= k or t >= self.host_limit[r] or self.settled(r, best, t)
+                    for r, best in zip(self.host_rows, best_live)]
         if any(finished):
             live = torch.tensor([i for i, f in enumerate(finished) if not f], dtype=torch.long, device=beam.device)
             self._drop(live, finished)
@@ -278,6 +284,20 @@ class _Beams:
         self.prefix = torch.cat([self.prefix[origin.view(-1)], token.view(-1, 1)], 1)
         self.tokens = token.view(-1)
         return True
+
+    def settled(self, sentence: int, best_live: float, t: int) -> bool:
+        """Whether no live beam of ``sentence`` (the best of them at raw log-probability ``best_live``
+        after step ``t``) can end above its ``n_best``-th best finished hypothesis. Log-probabilities
+        only fall as tokens are added, so a live beam ends at log P <= best_live, with a length from
+        t + 2 (its t + 1 tokens and EOS) to the bound + 1: its score is at most best_live / the largest
+        lp over those lengths (log P <= 0). Stopping there changes no output (CTranslate2 stops so too)."""
+        done = self.finished[sentence]
+        if len(done) < self.n_best or best_live == float("-inf"):
+            return len(done) >= self.n_best  # no live beam at all: nothing can come
+        nth_best = sorted((h.score for h in done), reverse=True)[self.n_best - 1]
+        largest_lp = max(length_penalty_gnmt(t + 2, self.alpha),
+                         length_penalty_gnmt(self.host_limit[sentence] + 1, self.alpha))
+        return nth_best >= best_live / largest_lp
 
     def _finish(self, top: torch.Tensor, beam: torch.Tensor, token: torch.Tensor) -> None:
         """Record candidates (among the top k) that end in EOS as finished hypotheses."""
