@@ -283,7 +283,8 @@ def decode(args: argparse.Namespace) -> dict:
 
 
 # the matrix products of a decoding: what is left when everything else takes no time
-MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mv", "aten::addmv")
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mv", "aten::addmv",
+              "mkldnn::_linear_pointwise")  # CPU fp32 decoding's linear layers (seq2seq.nn.packed; no FLOP count)
 
 
 def profile_decoding(args: argparse.Namespace) -> dict:

@@ -30,6 +30,7 @@ from ..config import DEFAULT_BEAM_SIZE, AlignConfig, DecodeConfig, check_decodin
 from ..errors import UserError
 from ..models.base import EncoderDecoder
 from ..models.compiled import compile_decoding, compile_pays
+from ..nn.packed import pack_for_decoding
 from ..runtime import LOGGER, allow_tf32, precision_warning, resolve_device
 from .scoring import pad_ids
 from .shortlist import FILE_NAME, Shortlist
@@ -420,10 +421,14 @@ class Translator:
 
 
 def _build(loaded: LoadedCheckpoint, device: torch.device, precision: str) -> EncoderDecoder:
-    """The checkpoint's model with its weights, quantized (int8) or cast to ``precision``, on ``device``."""
+    """The checkpoint's model with its weights, quantized (int8) or cast to ``precision``, on ``device``;
+    in fp32 on CPU its linear layers compute on oneDNN-packed weights (``seq2seq.nn.packed``)."""
     model = loaded.build_model()
     if precision == "int8":
         from ..nn.quantize import quantize_for_decoding
 
         model = quantize_for_decoding(model)
-    return model.to(device, DECODING_DTYPES[precision])
+    model = model.to(device, DECODING_DTYPES[precision])
+    if device.type == "cpu" and precision == "fp32":
+        pack_for_decoding(model)
+    return model

@@ -1,0 +1,50 @@
+"""Linear layers on oneDNN-packed weights (``seq2seq.nn.packed``): the same products to rounding, autograd
+and compilation fall back to ``F.linear``, and a packed model decodes like the unpacked one."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seq2seq.decoding.search import beam_search, greedy_search
+from seq2seq.nn.packed import PackedLinear, pack_for_decoding, packing_available
+from test_models import make_model, reverse_batch, train
+
+pytestmark = pytest.mark.skipif(not packing_available(), reason="this PyTorch has no oneDNN packed linear")
+
+
+@pytest.mark.parametrize("shape", [(7, 24), (3, 5, 24), (2, 3, 4, 24), (1, 24)])
+def test_a_packed_layer_computes_the_same_product(shape):
+    torch.manual_seed(0)
+    layer, plain = nn.Linear(24, 40), nn.Linear(24, 40, bias=False)
+    reference = [layer(torch.ones(1, 24)), plain(torch.ones(1, 24))]
+    assert pack_for_decoding(nn.Sequential(layer, plain)) == 2 and isinstance(layer, PackedLinear)
+    x = torch.randn(*shape)
+    with torch.inference_mode():
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(plain(x), F.linear(x, plain.weight), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(layer(torch.ones(1, 24)), reference[0].detach(), atol=1e-5, rtol=1e-5)
+    assert layer.state_dict().keys() == {"weight", "bias"}  # the packed copy is not part of the model
+
+
+def test_autograd_goes_through_the_plain_product():
+    torch.manual_seed(0)
+    layer = nn.Linear(6, 3)
+    pack_for_decoding(layer)
+    x = torch.randn(4, 6, requires_grad=True)
+    layer(x).sum().backward()
+    torch.testing.assert_close(x.grad, layer.weight.sum(0).expand(4, 6))
+    assert layer.weight.grad is not None
+
+
+def test_a_packed_model_decodes_like_the_plain_one():
+    model = train(make_model("transformer-pre"), 150, 1e-2)
+    src, mask, _, _ = reverse_batch(8, torch.Generator().manual_seed(3))
+    want = [greedy_search(model, src, mask), beam_search(model, src, mask, beam_size=3, n_best=3)]
+    assert pack_for_decoding(model) > 0
+    got = [greedy_search(model, src, mask), beam_search(model, src, mask, beam_size=3, n_best=3)]
+    for search, reference in zip(got, want):
+        for hyps, expected in zip(search, reference):
+            assert [h.tokens for h in hyps] == [h.tokens for h in expected]
+            for h, e in zip(hyps, expected):
+                assert abs(h.score - e.score) < 1e-4
+                torch.testing.assert_close(h.attention, e.attention, atol=1e-5, rtol=1e-4)
