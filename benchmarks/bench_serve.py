@@ -4,7 +4,9 @@
 
 1. For each of --modes: ``batching`` (dynamic batching: --max-batch-sentences, --max-wait-ms) and
    ``no-batching`` (--max-batch-sentences 1 --max-wait-ms 0: one model call per request), start
-   ``python -m seq2seq serve`` on a free loopback port and wait for ``/health``.
+   ``python -m seq2seq serve`` (``--compile``: auto, on or off) on a free loopback port and wait for
+   its URL: the start-up seconds (with compiled decoding, its compilation), then one request of one
+   sentence alone: the first request's latency.
 2. --clients concurrent clients (asyncio + httpx, one keep-alive connection each) send --requests
    requests of --sentences-per-request sentences from the source side of the Multi30k test split
    (cycled if there are fewer), until all are sent or --seconds have passed; after a short warm-up.
@@ -39,15 +41,18 @@ from seq2seq.io_utils import markdown_table
 MODES = {"batching": None, "no-batching": ["--max-batch-sentences", "1", "--max-wait-ms", "0"]}
 
 
-def start_server(args: argparse.Namespace, mode: str) -> tuple[subprocess.Popen, str, list[str]]:
-    """The server process, its URL (read from its ``serve url=...`` log line) and the command."""
+def start_server(args: argparse.Namespace, mode: str) -> tuple[subprocess.Popen, str, list[str], float]:
+    """The server process, its URL (read from its ``serve url=...`` log line), the command and the
+    seconds it took to start."""
     flags = MODES[mode] or ["--max-batch-sentences", str(args.max_batch_sentences), "--max-wait-ms",
                             str(args.max_wait_ms)]
     command = [sys.executable, "-m", "seq2seq", "serve", "--checkpoint", *map(str, args.checkpoint), "--host",
                "127.0.0.1", "--port", "0", "--device", args.device, "--beam-size", str(args.beam_size), "--quiet",
                "--max-queue-sentences", str(max(1024, args.clients * args.sentences_per_request)),
-               "--max-request-sentences", str(max(128, args.sentences_per_request)), *flags]
+               "--max-request-sentences", str(max(128, args.sentences_per_request)), "--compile", args.compile,
+               *flags]
     print(f"[{mode}] {' '.join(command)}", file=sys.stderr, flush=True)
+    started = time.perf_counter()
     proc = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     found: dict[str, str] = {}
@@ -57,7 +62,7 @@ def start_server(args: argparse.Namespace, mode: str) -> tuple[subprocess.Popen,
         for line in proc.stderr:
             sys.stderr.write(line)
             if not ready.is_set() and (match := re.search(r"^serve url=(\S+)", line)):
-                found["url"] = match.group(1)
+                found["url"], found["seconds"] = match.group(1), time.perf_counter() - started
                 ready.set()
         ready.set()
 
@@ -65,7 +70,7 @@ def start_server(args: argparse.Namespace, mode: str) -> tuple[subprocess.Popen,
     if not ready.wait(args.startup_timeout) or "url" not in found:
         proc.kill()
         raise SystemExit(f"[{mode}] the server did not start within {args.startup_timeout} s (exit {proc.poll()})")
-    return proc, found["url"], command
+    return proc, found["url"], command, found["seconds"]
 
 
 async def load(url: str, requests: list[list[str]], args: argparse.Namespace) -> dict:
@@ -100,9 +105,12 @@ def run_mode(mode: str, requests: list[list[str]], args: argparse.Namespace) -> 
     """Steps 1-2 for one mode."""
     import httpx
 
-    proc, url, command = start_server(args, mode)
+    proc, url, command, startup = start_server(args, mode)
     try:
         health = httpx.get(url + "/health", timeout=60).json()
+        start = time.perf_counter()
+        httpx.post(url + "/translate", json={"sentences": requests[0][:1]}, timeout=args.timeout).raise_for_status()
+        first_ms = 1000 * (time.perf_counter() - start)
         asyncio.run(load(url, requests[: args.warmup], args))
         before = httpx.get(url + "/health", timeout=60).json()
         result = asyncio.run(load(url, requests, args))
@@ -119,6 +127,7 @@ def run_mode(mode: str, requests: list[list[str]], args: argparse.Namespace) -> 
     print(f"[{mode}] {ok} requests in {result['seconds']:.1f} s, errors {result['errors']}, exit {exit_code}",
           file=sys.stderr, flush=True)
     return {"server_command": " ".join(command[1:]), "arch": health["arch"], "device": health["device"],
+            "startup_seconds": startup, "first_request_ms": first_ms,
             "requests_ok": ok, "errors": result["errors"], "seconds": result["seconds"],
             "requests_per_s": ok / result["seconds"], "sentences_per_s": sentences / result["seconds"],
             "latency_ms": {**percentiles, "mean": float(milliseconds.mean()) if ok else None,
@@ -144,16 +153,18 @@ def serve_table(record: dict) -> str:
     s = record["settings"]
     rows = [[mode, s["clients"], r["requests_ok"], f"{r['requests_per_s']:.1f}", f"{r['sentences_per_s']:.1f}",
              *(f"{r['latency_ms'].get(q, float('nan')):.0f}" for q in ("p50", "p95", "p99")), r["model_calls"],
-             f"{r['mean_batch']:.1f}" if r["mean_batch"] else "-"] for mode, r in record["modes"].items()]
+             f"{r['mean_batch']:.1f}" if r["mean_batch"] else "-", f"{r['startup_seconds']:.1f}",
+             f"{r['first_request_ms']:.0f}"] for mode, r in record["modes"].items()]
     ref = record["reference"]
     head = [f"`seq2seq serve` on loopback, {s['clients']} concurrent clients, {s['sentences_per_request']} "
             f"sentence(s) per request, beam {s['beam_size']}, batching: --max-batch-sentences "
-            f"{s['max_batch_sentences']} --max-wait-ms {s['max_wait_ms']}; {record['machine']['cpu']}.", ""]
+            f"{s['max_batch_sentences']} --max-wait-ms {s['max_wait_ms']}, --compile {s['compile']}; "
+            f"{record['machine']['cpu']}.", ""]
     foot = ["", f"Reference, `Translator.translate` on the same {ref['sentences']} sentences in one call: "
                 f"{ref['sentences_per_s']:.1f} sentences/s."]
     return "\n".join(head) + markdown_table(
         ["mode", "clients", "requests", "requests/s", "sentences/s", "p50 ms", "p95 ms", "p99 ms", "model calls",
-         "mean batch"], rows) + "\n".join(["", *foot]) + "\n"
+         "mean batch", "start-up s", "first request ms"], rows) + "\n".join(["", *foot]) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=120, help="client timeout per request, seconds")
     parser.add_argument("--startup-timeout", type=float, default=300)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
+                        help="the server's --compile (compiled decoding of lone requests; default: auto)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "serve.json")
     args = parser.parse_args(argv)
     source = args.data_dir / f"{args.test_split}.{args.src}"
@@ -183,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
               "settings": {"requests": args.requests, "seconds_limit": args.seconds, "clients": args.clients,
                            "sentences_per_request": k, "beam_size": args.beam_size,
                            "max_batch_sentences": args.max_batch_sentences, "max_wait_ms": args.max_wait_ms,
-                           "warmup": args.warmup, "device": args.device},
+                           "warmup": args.warmup, "device": args.device, "compile": args.compile},
               "modes": {mode: run_mode(mode, requests, args) for mode in args.modes}}
     sent = max(1, max(r["requests_ok"] for r in record["modes"].values()))
     record["reference"] = reference([s for request in requests[:sent] for s in request], args)

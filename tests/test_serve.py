@@ -365,7 +365,8 @@ def test_serve_benchmark_smoke_run_records_the_mode_and_the_reference(checkpoint
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_serve.py"), "--checkpoint",
                            str(checkpoint), "--data-dir", str(tmp_path), "--src", "en", "--tgt", "de", "--test-split",
                            "test", "--requests", "4", "--clients", "2", "--warmup", "1", "--beam-size", "2",
-                           "--modes", "no-batching", "--out", str(out)], capture_output=True, text=True, cwd=tmp_path,
+                           "--modes", "no-batching", "--compile", "on", "--out", str(out)], capture_output=True,
+                          text=True, cwd=tmp_path,
                           env=ONE_THREAD, stdin=subprocess.DEVNULL, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads(out.read_text())
@@ -376,6 +377,7 @@ def test_serve_benchmark_smoke_run_records_the_mode_and_the_reference(checkpoint
     assert mode["requests_per_s"] > 0 and mode["sentences_per_s"] > 0 and mode["model_calls"] == 4
     assert set(mode["latency_ms"]) == {"p50", "p95", "p99", "mean", "max"} and mode["mean_batch"] == 1
     assert record["reference"]["sentences"] == 4 and record["reference"]["sentences_per_s"] > 0
+    assert mode["startup_seconds"] > 0 and mode["first_request_ms"] > 0 and "--compile on" in mode["server_command"]
     assert "| no-batching | 2 | 4 |" in (tmp_path / "serve.md").read_text()
 
 
