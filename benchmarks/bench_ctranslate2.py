@@ -89,7 +89,8 @@ def worker(args: argparse.Namespace) -> int:
 def decode_in_process(args: argparse.Namespace, job: dict) -> dict:
     """``worker`` in a fresh process (module docstring: why)."""
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(job), "--checkpoint",
-               str(args.checkpoint.resolve()), "--data-dir", str(args.data_dir.resolve()), "--threads", str(args.threads)]
+               str(args.checkpoint.resolve()), "--data-dir", str(args.data_dir.resolve()),
+               "--threads", str(args.threads)]
     done = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -194,7 +195,8 @@ def table(record: dict) -> str:
     foot = (f"\nMemory-bandwidth floor of one decoding step (fp32 decoder + output layer, "
             f"{bound['decoder_bytes'] / 1e6:.1f} MB): {bound['floor_ms_per_step_decoder_sized']:.3f} ms at the "
             f"{bound['read_gb_per_s_decoder_sized']:.0f} GB/s read here for a buffer that size, "
-            f"{bound['floor_ms_per_step_256mb']:.3f} ms at the {bound['read_gb_per_s_256mb']:.0f} GB/s of a 256 MB one. "
+            f"{bound['floor_ms_per_step_256mb']:.3f} ms at the {bound['read_gb_per_s_256mb']:.0f} GB/s of a 256 MB "
+            "one. "
             "Warm-up: the first 8 sentences (compiled: the compilation).\n")
     return head + markdown_table(["mode", "precision", "engine", "sentences", "sentences/s", "subwords/s",
                                   "ms/subword", "vs ours", "BLEU", "chrF", "identical to ours fp32", "warm-up s"],

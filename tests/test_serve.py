@@ -297,6 +297,15 @@ def test_serve_without_the_extra_names_the_install_command(monkeypatch, capsys, 
     assert "seq2seq serve needs the serve extra: pip install 'seq2seq[serve]'" in capsys.readouterr().err
 
 
+def test_the_listening_socket_sends_small_writes_at_once():
+    """TCP_NODELAY (inherited by accepted connections): no 40 ms wait for a delayed ACK per response."""
+    sock = bind_socket("127.0.0.1", 0)
+    try:
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    finally:
+        sock.close()
+
+
 def test_a_port_in_use_is_a_named_error():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -308,7 +317,8 @@ def test_a_port_in_use_is_a_named_error():
 def start_server(run: Path, *flags: str) -> tuple[subprocess.Popen, str, list[str]]:
     """``seq2seq serve`` on a free loopback port; its URL from the ``serve url=`` log line."""
     proc = subprocess.Popen([sys.executable, "-m", "seq2seq", "serve", "--checkpoint", str(run), "--device",
-                             "cpu", "--port", "0", "--compile", "off", *flags], cwd=ROOT, env=ONE_THREAD, stdin=subprocess.DEVNULL,
+                             "cpu", "--port", "0", "--compile", "off", *flags], cwd=ROOT, env=ONE_THREAD,
+                            stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     log: list[str] = []
     for line in proc.stderr:

@@ -74,6 +74,22 @@ def limits_from_args(args):
     return limits
 
 
+def warm_up(translator, beam_sizes: list[int]) -> None:
+    """Compile a compiled model now, as lone requests will run it (on their thread count), not in the
+    first request."""
+    import torch
+
+    from ..serve.app import lone_sentence_threads
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(lone_sentence_threads(translator) or threads)
+    LOGGER.info("compiling the decoding step (beam sizes %s) ...", beam_sizes)
+    try:
+        LOGGER.info("compiled in %.1f s", translator.warm_up(beam_sizes))
+    finally:
+        torch.set_num_threads(threads)
+
+
 @run_cli
 def main(argv: list[str] | None = None) -> int:
     from ..serve.settings import ServeSettings
@@ -104,9 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError("--shortlist-sizes needs --shortlist")
         translator.shortlist = translator.shortlist.with_sizes(*args.shortlist_sizes)
     if translator.compiled:
-        beam_sizes = sorted({1, DEFAULT_BEAM_SIZE if args.beam_size is None else args.beam_size})
-        LOGGER.info("compiling the decoding step (beam sizes %s) ...", beam_sizes)
-        LOGGER.info("compiled in %.1f s", translator.warm_up(beam_sizes))
+        warm_up(translator, sorted({1, DEFAULT_BEAM_SIZE if args.beam_size is None else args.beam_size}))
     align = align.for_model(translator.supervised_attention)  # a guided model: its supervised heads
     check_layer_heads(align.layer, align.heads, translator.model)
     settings = ServeSettings(limits=limits, beam_size=args.beam_size, n_best=args.n_best,

@@ -81,10 +81,15 @@ class Compiled:
         self.graphs: set[tuple] = set()  # the shapes compiled so far
 
     def call(self, key: tuple, *args: Any) -> Any:
+        key = (*key, torch.get_num_threads())  # Dynamo guards on the thread count too
         try:
             if key in self.graphs:  # only the guards that tell the compiled graphs apart (see CompiledStep)
-                with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
-                    return self.function(*args)
+                try:
+                    with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+                        return self.function(*args)
+                except RuntimeError as exc:  # a global state the key does not hold changed:
+                    if "skip_guard_eval_unsafe" not in str(exc):  # compile for it below
+                        raise
             # read while tracing: the first call of a shape. Without duck sizing, equal sizes of
             # different dimensions (a source as long as the cache) are not assumed equal ever after.
             with torch._inductor.config.patch(INDUCTOR_OPTIONS), \
@@ -113,8 +118,9 @@ class CompiledStep(Compiled):
     here, most of a step's overhead: the model's parameters are inputs too). Once a graph exists for
     a call's key, the call skips the guards that all graphs share (``skip_guard_eval_unsafe``): the key
     holds everything that may change between calls (row count, attention, shortlist, a source of one
-    position, which Dynamo specialises) and the rest cannot (the model, its dtype and device, the
-    structure of memory and state: fixed for a model)."""
+    position, which Dynamo specialises, and torch's thread count, part of Dynamo's global state) and
+    the rest cannot (the model, its dtype and device, the structure of memory and state: fixed for a
+    model); should some other global state change, the call compiles a graph for it."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__(model.static_step, lambda: _uncompile(model))

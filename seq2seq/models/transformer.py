@@ -32,7 +32,8 @@ KV = tuple[torch.Tensor, torch.Tensor]  # projected keys, values: (B, heads, T, 
 CACHE_BUCKET = 16
 
 
-def sinusoidal(start: int | torch.Tensor, length: int, d_model: int, device: torch.device | None = None) -> torch.Tensor:
+def sinusoidal(start: int | torch.Tensor, length: int, d_model: int,
+               device: torch.device | None = None) -> torch.Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)) -> (length, d),
     pos = start .. start + length - 1 (``start`` an int or a one-element tensor)."""
     pos = (start + torch.arange(length, device=device)).to(torch.float32).unsqueeze(1)
@@ -286,7 +287,8 @@ class TransformerEncoderDecoder(EncoderDecoder):
         return logits[:, 0], {"self_kv": caches}, weights[:, :, :, 0] if need_attention else None
 
     def static_step(self, memory: dict, caches: list[KV], position: torch.Tensor, tokens: torch.Tensor,
-                    need_attention: bool, output_weight: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                    need_attention: bool,
+                    output_weight: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One decoding step on preallocated caches, every shape fixed by the batch rows, the source
         length and the cache length (never by the step): tokens (B,) at ``position`` (1,) -> logits
         (B, V), attention (B, L, H, S) or None; the caches are written in place. The same numbers as

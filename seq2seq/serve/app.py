@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict
 from functools import partial
 
+import torch
 from fastapi import FastAPI, HTTPException, Request, Response
 
 from ..version import __version__
@@ -41,7 +42,8 @@ def create_app(translator: Translator, settings: ServeSettings | None = None) ->
     worker thread, started with the app (or by the first request) and drained when the app stops."""
     settings = settings or ServeSettings()
     limits = settings.limits
-    batcher = Batcher(partial(translate_batch, translator, settings), limits.max_batch_sentences,
+    run = partial(translate_batch, translator, settings, torch.get_num_threads())
+    batcher = Batcher(run, limits.max_batch_sentences,
                       limits.max_wait_ms / 1000, limits.max_queue_sentences)
     arch = describe_arch(translator.model)
 
@@ -132,11 +134,27 @@ def check_sentences(sentences: list[str], limits: Limits) -> None:
                                      "\\ud800); send UTF-8 text") from None
 
 
-def translate_batch(translator: Translator, settings: ServeSettings, items: list[tuple[str, str, tuple]],
-                    options: DecodeOptions) -> list[Translation]:
+def lone_sentence_threads(translator: Translator) -> int | None:
+    """torch threads for a batch of one sentence in the worker: 1 on CPU (``translate_batch``), None:
+    as many as for the others. (A compiled model compiles per thread count: ``seq2seq serve`` warms
+    it up on this one.)"""
+    return 1 if translator.device.type == "cpu" else None
+
+
+def translate_batch(translator: Translator, settings: ServeSettings, threads: int,
+                    items: list[tuple[str, str, tuple]], options: DecodeOptions) -> list[Translation]:
     """The one model call of a batch of (sentence, target prefix, constraint phrases) items (in the worker
-    thread)."""
+    thread), on ``threads`` torch threads, or on one for a lone sentence on CPU.
+
+    A lone sentence's decoding steps are hundreds of small operations, each an OpenMP parallel region,
+    and the OpenMP team of a thread other than the main one is woken up for each (the main thread's
+    spins between regions): on 2 cores one sentence at beam 5 took 61 ms in the worker on 2 threads,
+    22 ms on 1 (21.5 ms in the main thread on 2). Wider batches keep every thread (64 sentences:
+    0.40 s on 2, 0.47 s on 1; docs/guides/serving.md)."""
     sentences, prefixes, constraints = ([item[i] for item in items] for i in range(3))
+    wanted = (lone_sentence_threads(translator) if len(sentences) == 1 else None) or threads
+    if torch.get_num_threads() != wanted:
+        torch.set_num_threads(wanted)
     return translator.translate(sentences, prefix=prefixes if any(prefixes) else None,
                                 constraints=[list(c) for c in constraints] if any(constraints) else None,
                                 ordered_constraints=options.ordered_constraints,
