@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
                    help="decode requests of one sentence with the Transformer's decoding step compiled "
                         "(torch.compile; about 2x faster), compiled at start-up for the default beam size "
-                        "and greedy search (15-30 s each). auto (default): on for fp32 on CPU")
+                        "and greedy search (15-40 s each). auto (default): on for fp32 on CPU")
     p.add_argument("--shortlist", nargs="?", const="auto", default=None, metavar="FILE",
                    help="decode over a lexical shortlist, as seq2seq translate --shortlist (no FILE: the run's)")
     p.add_argument("--shortlist-sizes", nargs=2, type=int, metavar=("K", "N"), default=None,
@@ -111,10 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     from ..decoding.translator import Translator
     from ..serve.server import run_server
 
-    compile = {"auto": None, "on": True, "off": False}[args.compile]
+    compiled = {"auto": None, "on": True, "off": False}[args.compile]
     translator = Translator.from_checkpoints(args.checkpoint, device=args.device, precision=args.precision,
                                              max_input_tokens=args.max_input_tokens, shortlist=args.shortlist,
-                                             compile=compile)
+                                             compile=compiled)
     if args.shortlist_sizes is not None:
         if translator.shortlist is None:
             raise UserError("--shortlist-sizes needs --shortlist")

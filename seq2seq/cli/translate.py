@@ -53,7 +53,7 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--compile", action="store_true",
                    help="decode one sentence at a time (--batch-size 1) with the Transformer's decoding step "
                         "compiled (torch.compile): about 2x faster per sentence on CPU after a one-off "
-                        "compilation of 15-30 s per beam size, so it pays for long batch-1 jobs only "
+                        "compilation of 15-40 s per beam size, so it pays for long batch-1 jobs only "
                         "(docs/performance.md)")
     p.add_argument("--reference", help="reference file: print sacrebleu BLEU and chrF with signatures")
     p.add_argument("--prefix", metavar="FILE",

@@ -290,7 +290,7 @@ class _Beams:
         after step ``t``) can end above its ``n_best``-th best finished hypothesis. Log-probabilities
         only fall as tokens are added, so a live beam ends at log P <= best_live, with a length from
         t + 2 (its t + 1 tokens and EOS) to the bound + 1: its score is at most best_live / the largest
-        lp over those lengths (log P <= 0). Stopping there changes no output (CTranslate2 stops so too)."""
+        lp over those lengths (log P <= 0). Stopping there changes no output."""
         done = self.finished[sentence]
         if len(done) < self.n_best or best_live == float("-inf"):
             return len(done) >= self.n_best  # no live beam at all: nothing can come

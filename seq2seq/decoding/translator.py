@@ -181,8 +181,8 @@ class Translator:
 
         ``compile`` decodes one sentence at a time (batch size 1: interactive use, ``serve``) with
         the Transformer's static-shape step compiled by ``torch.compile`` (``seq2seq.models.compiled``):
-        the first sentence of each beam size waits for its compilation (15-30 s), every later one is
-        about 2x faster (docs/benchmarks.md). None: where that was measured to pay (``compile_pays``:
+        the first sentence of each beam size waits for its compilation (15-40 s), every later one is
+        about 2x faster (docs/performance.md). None: where that was measured to pay (``compile_pays``:
         fp32 on CPU); False (the default): the eager step, the reference."""
         if isinstance(paths, (str, Path, LoadedCheckpoint)):
             paths = [paths]

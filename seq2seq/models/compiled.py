@@ -1,4 +1,5 @@
-"""Compiled decoding: the Transformer's static-shape decoding step through ``torch.compile``.
+"""Compiled decoding: the Transformer's static-shape decoding step and its encoder, for one sentence
+at a time, through ``torch.compile``.
 
 Why: one decoding step of a sentence is some 20 matrix-vector products and 150 small operations.
 Eager PyTorch spends most of the step dispatching them one by one, and its fp32 matrix product
@@ -12,9 +13,10 @@ preallocated, ``TransformerEncoderDecoder.init_state`` with ``max_steps``, for o
 time: the interactive case; wide batches decode eagerly, as fast there). The source length, the
 cache length and a shortlist's size are dynamic dimensions of one graph; the number of decoder
 rows is a constant (the GEMM template is specialised to it): one graph for greedy search (1 row)
-and one per beam size (k rows). Each graph compiles once per process, on first use (seconds:
-measured in docs/benchmarks.md); Inductor keeps what it compiled on disk
-(``TORCHINDUCTOR_CACHE_DIR``), so a later process loads it in a fraction of that.
+and one per beam size (k rows); the encoder has one graph for every source length. Each graph
+compiles once per process, on first use (15-40 s, most of it autotuning; docs/performance.md);
+Inductor keeps its autotuning on disk (``TORCHINDUCTOR_CACHE_DIR``), which halves that in a later
+process. Calls with a known graph skip most of Dynamo's guard checks (``CompiledStep``).
 
 The eager ``static_step`` is the reference: compiled outputs equal it to rounding (a different
 order of additions in the matrix products). Should compiling fail (no C++ compiler, say), a
