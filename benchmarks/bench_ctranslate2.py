@@ -91,7 +91,10 @@ def decode_in_process(args: argparse.Namespace, job: dict) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(job), "--checkpoint",
                str(args.checkpoint.resolve()), "--data-dir", str(args.data_dir.resolve()),
                "--threads", str(args.threads)]
-    done = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    if done.returncode:
+        raise SystemExit(f"{job['engine']} {job['precision']} beam {job['beam']} batch {job['batch']} failed "
+                         f"(exit {done.returncode}):\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
