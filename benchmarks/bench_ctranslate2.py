@@ -98,11 +98,8 @@ def decode_in_process(args: argparse.Namespace, job: dict) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def decoder_bytes(checkpoint: Path) -> int:
+def decoder_bytes(model: torch.nn.Module) -> int:
     """fp32 bytes one decoding step reads: the decoder's and the output layer's weights."""
-    from seq2seq.decoding.translator import Translator
-
-    model = Translator.from_checkpoint(checkpoint, device="cpu").model
     weights = {id(p): p for p in [*model.decoder.parameters(), *model.dec_norm.parameters(), model.generator.weight]}
     return sum(p.numel() * 4 for p in weights.values())
 
@@ -118,8 +115,8 @@ def read_bandwidth(nbytes: int, repeats: int = 20) -> float:
     return buffer.numel() * 4 / best
 
 
-def floor(checkpoint: Path) -> dict:
-    nbytes = decoder_bytes(checkpoint)
+def floor(model: torch.nn.Module) -> dict:
+    nbytes = decoder_bytes(model)
     fitting, dram = read_bandwidth(nbytes), read_bandwidth(256 << 20, 5)
     return {"decoder_bytes": nbytes, "read_gb_per_s_decoder_sized": fitting / 1e9, "read_gb_per_s_256mb": dram / 1e9,
             "floor_ms_per_step_decoder_sized": 1e3 * nbytes / fitting, "floor_ms_per_step_256mb": 1e3 * nbytes / dram}
@@ -135,7 +132,8 @@ def run(args: argparse.Namespace) -> dict:
     references = (args.data_dir / f"{args.test_split}.{args.tgt}").read_text(encoding="utf-8").splitlines()
     if args.sentences:
         sources, references = sources[: args.sentences], references[: args.sentences]
-    tokenizer = Translator.from_checkpoint(args.checkpoint, device="cpu").tokenizer
+    reference = Translator.from_checkpoint(args.checkpoint, device="cpu")  # its tokenizer and weights
+    tokenizer = reference.tokenizer
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         ct2_dir = Path(tmp) / "ct2"
@@ -171,7 +169,7 @@ def run(args: argparse.Namespace) -> dict:
                           file=sys.stderr, flush=True)
     return {**provenance("ctranslate2"), "checkpoint": str(args.checkpoint), "test_split": args.test_split,
             "threads": threads, "ctranslate2": _version("ctranslate2"), "results": results,
-            "bandwidth_floor": floor(args.checkpoint), "bleu_signature": scores["bleu"].signature}
+            "bandwidth_floor": floor(reference.model), "bleu_signature": scores["bleu"].signature}
 
 
 def _version(package: str) -> str:

@@ -126,13 +126,16 @@ class CompiledStep(Compiled):
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__(model.static_step, lambda: _uncompile(model))
+        self.mask: tuple[torch.Tensor, torch.Tensor] | None = None  # the last memory's mask, made dense
 
     def __call__(self, memory: dict, caches: list, position: torch.Tensor, tokens: torch.Tensor,
                  need_attention: bool, output_weight: torch.Tensor | None):
-        tokens, memory = _dense(tokens), {**memory, "src_mask": _dense(memory["src_mask"])}
+        if self.mask is None or self.mask[0] is not memory["src_mask"]:  # once per sentence, not per step
+            self.mask = (memory["src_mask"], _dense(memory["src_mask"]))
+            _dynamic(self.mask[1], 1)
+        tokens, memory = _dense(tokens), {**memory, "src_mask": self.mask[1]}
         for key, value in memory["cross_kv"] + caches:
             _dynamic(key, 2), _dynamic(value, 2)
-        _dynamic(memory["src_mask"], 1)
         if output_weight is not None:
             _dynamic(output_weight, 0)
         key = (tokens.size(0), need_attention, output_weight is None, memory["src_mask"].size(1) > 1)
