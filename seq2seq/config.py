@@ -93,7 +93,7 @@ class ModelConfig:
 
     def with_arch_defaults(self) -> "ModelConfig":
         """A copy with the fields left None filled in for ``arch`` (``ARCH_DEFAULTS``)."""
-        return fill_arch_defaults(self, self.arch, "model")
+        return fill_defaults(self, ARCH_DEFAULTS[self.arch].get("model", {}), self.arch)
 
     def differences(self, other: "ModelConfig") -> list[tuple[str, Any, Any]]:
         """(field, this value, other's value) for every architecture or size field that differs, i.e.
@@ -154,7 +154,11 @@ class DataConfig:
     vocab_size: int = option(8000, "SentencePiece vocabulary size (joint source + target)")
     sp_model_type: Literal["unigram", "bpe"] = option("unigram", "SentencePiece model type")
     sp_input_sentence_size: int = option(2_000_000, "sentences sampled to train SentencePiece")
-    max_tokens: int | None = option(None, "tokens per batch, padding included (per side)")
+    max_tokens: int | None = option(None, "tokens per batch, padding included (per side); unset: sized for the "
+                                          "architecture and the device (DEVICE_DEFAULTS)")
+    fixed_shapes: bool | None = option(
+        None, "pad training batches to a few fixed shapes (length buckets, seq2seq.data.shapes) so that a compiled "
+              "step and its CUDA graphs are built once per shape; unset: on with --compile")
     num_proc: int = option(1, "processes for tokenizing the corpus")
     cache_dir: str = option("data/cache", "where encoded corpora are kept and reused across runs")
     toy_size: int = option(0, "train on the embedded English->German number-word corpus with this many pairs")
@@ -182,9 +186,11 @@ class TrainConfig:
     init_from: str = option("", "fine-tune: start from this trained run (its best.pt) or checkpoint: its weights, "
                                 "tokenizer and model config; the data, optimizer, schedule and budget are this run's")
     device: Device = option("auto", "where to train: auto (CUDA when present), cpu, cuda or cuda:N")
-    tf32: bool = option(False, "CUDA: TF32 matmuls and cuDNN on Ampere or newer (faster fp32, ~1e-3 relative error)")
-    precision: Literal["fp32", "bf16", "fp16", "auto"] = option(
-        "fp32", "autocast precision (fp16: CUDA only; auto: bf16 where the hardware runs it natively, else fp32)")
+    tf32: bool | None = option(None, "CUDA: TF32 matmuls and cuDNN on Ampere or newer (faster fp32, ~1e-3 relative "
+                                     "error); unset: on when training on CUDA")
+    precision: Literal["fp32", "bf16", "fp16", "auto"] | None = option(
+        None, "autocast precision (fp16: CUDA only; auto: bf16 where the hardware runs it natively, else fp32); "
+              "unset: auto on CUDA, fp32 on CPU")
     optimizer: Literal["adam", "adamw"] = option("adamw", "optimizer")
     lr: float = option(1e-3, "peak learning rate")
     weight_decay: float = option(0.0, "AdamW weight decay")
@@ -227,7 +233,8 @@ class TrainConfig:
                                    "(negative counts from the top; an RNN has one)")
     guided_heads: list[int] = option(None, "guided alignment: the supervised head(s) of --guided-layer; the "
                                            "loss supervises their mean", default_factory=lambda: [0])
-    compile: bool = option(False, "torch.compile the model (slow to start on CPU)")
+    compile: bool = option(False, "compile the training step (forward, loss, backward: torch.compile; on CUDA its "
+                                  "CUDA graphs, one per batch shape, see --fixed-shapes); slow to start on CPU")
     threads: int = option(0, "CPU threads (0 = PyTorch's default)")
 
 
@@ -240,6 +247,26 @@ ARCH_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
                     "data": {"max_tokens": 3000},
                     "train": {"schedule": "inverse-sqrt", "warmup_steps": 400, "clip_norm": 1.0,
                               "betas": (0.9, 0.98)}},
+}
+
+# Defaults that depend on where the run trains, for fields still None after the preset, the file and
+# the flags, and before ARCH_DEFAULTS: a value is either one for every architecture or a dict by
+# architecture. A GPU takes batches several times larger (at CPU-sized batches a small model is bound
+# by kernel launches, not arithmetic), autocast in bf16 where it has bf16 tensor cores ('auto') and
+# TF32 fp32 matrix products; each is measured in docs/benchmarks.md (GPU training) and overridden by
+# its flag. ``device_choices`` lists what was chosen and why (``seq2seq train --print-config``).
+DEVICE_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
+    "cpu": {"train": {"precision": "fp32", "tf32": False}},
+    "cuda": {"data": {"max_tokens": {"rnn": 8000, "transformer": 12000}},
+             "train": {"precision": "auto", "tf32": True}},
+}
+DEVICE_REASONS = {
+    "cpu": {"precision": "IEEE fp32: bf16 is opt-in on CPUs, where it changes results and is slow without "
+                         "AVX512-BF16 / AMX",
+            "tf32": "CUDA only"},
+    "cuda": {"max_tokens": "GPU-sized batches: at CPU sizes a step is bound by kernel launches",
+             "precision": "bf16 autocast where the GPU has bf16 tensor cores (auto), else fp32",
+             "tf32": "TF32 fp32 matrix products on Ampere or newer: several times faster, ~1e-3 relative error"},
 }
 
 # Named starting points (partial configs, the layer below a config file and flags). ``toy`` is what
@@ -257,6 +284,10 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "rnn-bahdanau": {"model": {"arch": "rnn", "attention": "bahdanau"}, "train": {"lr": 2e-3}},
     "rnn-luong": {"model": {"arch": "rnn", "attention": "luong-general"}},
     "transformer": {"model": {"arch": "transformer"}, "train": {"warmup_steps": 200}},
+    # Vaswani et al. 2017's base model (6+6 layers, d512, 8 heads, FF 2048, ~44 M parameters with an 8k
+    # vocabulary) for corpora larger than Multi30k; docs/guides/training.md gives its cost per device
+    "transformer-base": {"model": {"arch": "transformer", "d_model": 512, "heads": 8, "ff_size": 2048, "layers": 6},
+                         "train": {"warmup_steps": 4000, "lr": 7e-4}},
 }
 
 
@@ -449,18 +480,46 @@ class RunConfig:
             return None
         return self.train.guided_layer, list(self.train.guided_heads)
 
-    def resolved(self) -> "RunConfig":
-        """A checked copy with every architecture-dependent default (None) filled in."""
+    def resolved(self, device_type: str | None = None) -> "RunConfig":
+        """A checked copy with every device- and architecture-dependent default (None) filled in:
+        ``DEVICE_DEFAULTS`` for ``device_type`` ('cpu' or 'cuda'; None: where ``train.device`` trains),
+        then ``ARCH_DEFAULTS``; ``fixed_shapes`` unset follows ``train.compile``."""
         cfg = RunConfig.from_dict(self.to_dict(), source="config")  # re-checks values set in Python
+        device_type = device_type or training_device_type(cfg.train.device)
         for section in SECTIONS:
-            setattr(cfg, section, fill_arch_defaults(getattr(cfg, section), cfg.model.arch, section))
+            filled = fill_defaults(getattr(cfg, section), DEVICE_DEFAULTS[device_type].get(section, {}), cfg.model.arch)
+            setattr(cfg, section, fill_defaults(filled, ARCH_DEFAULTS[cfg.model.arch].get(section, {}), cfg.model.arch))
+        if cfg.data.fixed_shapes is None:
+            cfg.data.fixed_shapes = cfg.train.compile
         cfg.model.validate()
         return cfg
 
+    def device_choices(self, device_type: str | None = None) -> list[tuple[str, Any, str]]:
+        """(key, value, why) of each ``DEVICE_DEFAULTS`` value that ``resolved(device_type)`` would
+        fill in (fields this config leaves unset), for ``--print-config``."""
+        device_type = device_type or training_device_type(self.train.device)
+        chosen = []
+        for section, defaults in DEVICE_DEFAULTS[device_type].items():
+            for key, value in defaults.items():
+                if getattr(getattr(self, section), key) is None:
+                    value = value[self.model.arch] if isinstance(value, dict) else value
+                    chosen.append((f"{section}.{key}", value, DEVICE_REASONS[device_type].get(key, "")))
+        return chosen
 
-def fill_arch_defaults(section: Any, arch: str, name: str) -> Any:
-    """A copy of config section ``name`` with its None fields set from ``ARCH_DEFAULTS[arch]``."""
-    missing = {key: copy.copy(value) for key, value in ARCH_DEFAULTS[arch].get(name, {}).items()
+
+def training_device_type(device: str) -> str:
+    """'cuda' or 'cpu': where ``--device`` trains (auto: CUDA when PyTorch sees a GPU)."""
+    if device != "auto":
+        return "cpu" if device == "cpu" else "cuda"
+    import torch  # only to resolve 'auto'
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def fill_defaults(section: Any, defaults: dict[str, Any], arch: str) -> Any:
+    """A copy of a config section with its None fields set from ``defaults`` (a value, or a dict of
+    values by architecture)."""
+    missing = {key: copy.copy(value[arch] if isinstance(value, dict) else value) for key, value in defaults.items()
                if getattr(section, key) is None}
     return dataclasses.replace(section, **missing)
 

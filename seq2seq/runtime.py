@@ -7,7 +7,7 @@ import os
 import random
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -50,6 +50,22 @@ def allow_tf32(enabled: bool) -> None:
     attribution's RNN backward) reads the old switch and fails once the new ones were set."""
     torch.backends.cuda.matmul.allow_tf32 = enabled
     torch.backends.cudnn.allow_tf32 = enabled
+
+
+@contextmanager
+def tf32_kept():
+    """Restores the TF32 switches (``allow_tf32``) to what they were on entry, whatever the body sets."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on a CUDA ``device`` (for timing); nothing elsewhere."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def seed_everything(seed: int) -> None:

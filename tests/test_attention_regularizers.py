@@ -319,8 +319,9 @@ def test_zero_weight_trains_as_before_and_a_positive_one_adds_exactly_the_penalt
     asked = []
     plain, penalized = _trainer(corpus, 0.0), _trainer(corpus, 0.5)
     before = copy.deepcopy(plain.model)
-    forward = plain.forward
-    monkeypatch.setattr(plain, "forward", lambda *args: asked.append(args[3:]) or forward(*args))
+    forward = plain.objective.forward
+    monkeypatch.setattr(plain.objective, "forward",
+                        lambda *args, **kwargs: asked.append(args[3:]) or forward(*args, **kwargs))
     loss, tokens = plain.train_step([batch])
     assert asked == [(False,)] and plain.attention_entropy is None
     with torch.no_grad():

@@ -78,9 +78,11 @@ def test_an_fp16_step_reads_the_loss_scale_once(tmp_path, cpu_scaler, monkeypatc
 
 
 def test_an_epoch_whose_every_step_overflows_says_so(tmp_path, cpu_scaler, monkeypatch):
-    loss = trainer_module.sequence_loss
+    from seq2seq.training import objective
+
+    loss = objective.sequence_loss
     # an infinite loss: every gradient overflows, the scaler halves its scale and skips every step
-    monkeypatch.setattr(trainer_module, "sequence_loss", lambda *args, **kwargs: loss(*args, **kwargs) * float("inf"))
+    monkeypatch.setattr(objective, "sequence_loss", lambda *args, **kwargs: loss(*args, **kwargs) * float("inf"))
     with pytest.raises(UserError) as info:
         train(tiny(tmp_path / "run"), quiet=True)
     message = str(info.value)

@@ -192,7 +192,9 @@ def build_run_config(args: argparse.Namespace) -> RunConfig:
     if getattr(args, "output_dir", None):
         layers.append({"output_dir": args.output_dir})
     where = f"--config {args.config}" if getattr(args, "config", None) else "options"
-    return RunConfig.from_dict(merge_layers(layers), source=where).resolved()
+    given = RunConfig.from_dict(merge_layers(layers), source=where)
+    args.device_choices = given.device_choices()  # what the device decided, for --print-config
+    return given.resolved()
 
 
 def _trained_model(init_from: str, file_values: dict, flag_values: dict) -> dict[str, Any]:

@@ -40,6 +40,12 @@ def main(argv: list[str] | None = None) -> int:
         start = f"--preset {args.preset}, then " if args.preset else ""
         header = (f"# The effective config ({start}the file and flags given); seq2seq train --config FILE\n"
                   "# reads it back to the same config. Set one corpus in data (data_dir, dataset or train_file).")
+        chosen = getattr(args, "device_choices", [])
+        if chosen:
+            from ..config import training_device_type
+
+            header += f"\n# Chosen for training on {training_device_type(cfg.train.device).upper()} (unset above; a flag overrides):"
+            header += "".join(f"\n#   {key}: {value}  ({why})" for key, value, why in chosen)
         sys.stdout.write(config_to_yaml(cfg, header=header))
         return 0
     if not cfg.output_dir:

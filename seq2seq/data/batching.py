@@ -19,6 +19,7 @@ from datasets import Dataset
 
 from ..errors import UserError
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
+from .shapes import bucket_lengths
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,9 @@ class Batch:
     #: guided alignment training: (batch, tgt_len, src_len) float, row t the gold distribution over the
     #: source of the attention predicting tgt_out[t]; all-zero rows are not supervised
     guide: torch.Tensor | None = field(default=None, repr=False)
+    #: (batch,) int64 source lengths (EOS included) kept on the host whatever ``to`` moves: what a
+    #: model that needs them there (the RNN's packed sequences) reads without a device sync
+    src_lengths: torch.Tensor | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -66,7 +70,14 @@ class Batch:
     def _map(self, move) -> "Batch":
         return Batch(move(self.src), move(self.src_mask), move(self.tgt_in), move(self.tgt_out),
                      move(self.tgt_mask), self.indices, self._counts(),
-                     None if self.guide is None else move(self.guide))
+                     None if self.guide is None else move(self.guide), self.host_src_lengths())
+
+    def host_src_lengths(self) -> torch.Tensor:
+        """``src_lengths``, computed from the mask when the batch was built without them (on a GPU
+        that computation is a device sync: batches from ``pad_batch`` carry them)."""
+        if self.src_lengths is None:
+            self.src_lengths = self.src_mask.sum(1).cpu()
+        return self.src_lengths
 
 
 def pad_batch(src_seqs: Sequence, tgt_seqs: Sequence, indices: list[int]) -> Batch:
@@ -87,7 +98,7 @@ def pad_batch(src_seqs: Sequence, tgt_seqs: Sequence, indices: list[int]) -> Bat
     tgt_mask = np.arange(tgt_in.shape[1]) <= tgt_lens[:, None]  # (batch, tgt_len)
     return Batch(torch.from_numpy(src), torch.from_numpy(src_mask), torch.from_numpy(tgt_in),
                  torch.from_numpy(tgt_out), torch.from_numpy(tgt_mask), list(indices),
-                 (int(src_lens.sum()), int(tgt_lens.sum()) + count))
+                 (int(src_lens.sum()), int(tgt_lens.sum()) + count), src_lengths=torch.from_numpy(src_lens))
 
 
 def collate(examples: list[dict], indices: list[int] | None = None) -> Batch:
@@ -174,6 +185,7 @@ class TokenBatchSampler:
         rank: int = 0,
         world_size: int = 1,
         drop_oversized: bool | None = None,
+        fixed_shapes: bool = False,
     ) -> None:
         self.src_cost = np.asarray(src_lengths, dtype=np.int64)  # src_ids already end with EOS
         self.tgt_cost = np.asarray(tgt_lengths, dtype=np.int64) + 1  # BOS / EOS added by collate
@@ -185,6 +197,7 @@ class TokenBatchSampler:
             raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
         self.max_tokens, self.shuffle, self.seed = max_tokens, shuffle, seed
         self.rank, self.world_size, self.epoch = rank, world_size, 0
+        self.fixed_shapes = fixed_shapes  # pack for the fixed shapes of ``shapes.pad_to_shape``
         if drop_oversized is None:
             drop_oversized = shuffle  # training (shuffled) skips; evaluation keeps every line
         cost = np.maximum(self.src_cost, self.tgt_cost)
@@ -216,7 +229,8 @@ class TokenBatchSampler:
             return self._cache[1]
         rng = np.random.default_rng([self.seed, epoch]) if self.shuffle else None
         batches = pack_by_tokens(self.src_cost, self.tgt_cost,
-                                 length_order(self.src_cost, self.tgt_cost, self._kept, rng), self.max_tokens)
+                                 length_order(self.src_cost, self.tgt_cost, self._kept, rng), self.max_tokens,
+                                 self.fixed_shapes)
         if rng is not None:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         per_rank = len(batches) // self.world_size
@@ -245,9 +259,12 @@ def length_order(src_cost: np.ndarray, tgt_cost: np.ndarray, rows: np.ndarray,
 
 
 def pack_by_tokens(src_cost: np.ndarray, tgt_cost: np.ndarray, order: np.ndarray,
-                   max_tokens: int) -> list[np.ndarray]:
-    """Greedy: extend the batch while (size + 1) * longest side still fits the budget."""
-    costs = np.maximum(src_cost[order], tgt_cost[order]).tolist()
+                   max_tokens: int, fixed_shapes: bool = False) -> list[np.ndarray]:
+    """Greedy: extend the batch while (size + 1) * longest side still fits the budget. With
+    ``fixed_shapes`` a pair costs its bucket length (``shapes.bucket_length``), so that every batch
+    fits the fixed shape of its bucket (``shapes.pad_to_shape``)."""
+    costs = np.maximum(src_cost[order], tgt_cost[order])
+    costs = (bucket_lengths(costs) if fixed_shapes else costs).tolist()
     bounds, longest, size = [], 0, 0
     for k, cost in enumerate(costs):
         longest_if_added = cost if cost > longest else longest

@@ -131,12 +131,14 @@ class StreamBatcher:
     stream, which is what makes resuming by replay exact. Pairs longer than ``max_tokens`` are skipped.
     """
 
-    def __init__(self, stream: IterableDataset, max_tokens: int, seed: int = 1, window: int = 100) -> None:
+    def __init__(self, stream: IterableDataset, max_tokens: int, seed: int = 1, window: int = 100,
+                 fixed_shapes: bool = False) -> None:
         if max_tokens <= 0:
             raise UserError(f"--max-tokens must be positive, got {max_tokens}")
         if window < 1:
             raise UserError(f"--stream-window must be at least 1, got {window}")
         self.stream, self.max_tokens, self.seed, self.window = stream, max_tokens, seed, window
+        self.fixed_shapes = fixed_shapes  # pack for the fixed shapes of ``shapes.pad_to_shape``
         self.skipped = 0
 
     def batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
@@ -177,7 +179,7 @@ class StreamBatcher:
         src_cost = np.fromiter(map(len, src), dtype=np.int64, count=len(src))
         tgt_cost = np.fromiter(map(len, tgt), dtype=np.int64, count=len(tgt)) + 1
         order = length_order(src_cost, tgt_cost, np.arange(len(src)), rng)
-        packed = pack_by_tokens(src_cost, tgt_cost, order, self.max_tokens)
+        packed = pack_by_tokens(src_cost, tgt_cost, order, self.max_tokens, self.fixed_shapes)
         for k in rng.permutation(len(packed)).tolist():
             rows = packed[k].tolist()
             yield [src[i] for i in rows], [tgt[i] for i in rows], [positions[i] for i in rows]

@@ -94,12 +94,14 @@ class EncoderDecoder(nn.Module):
 
     def forward(
         self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, need_attention: bool = False,
-        attention_layer: int | None = None,
+        attention_layer: int | None = None, src_lengths: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Teacher forcing: tgt_in (batch, tgt_len) starting with bos -> logits (batch, tgt_len, vocab)
         and, if asked, attention (batch, L, H, tgt_len, src_len); without ``need_attention``, an
         ``attention_layer`` index in 0..L-1 asks for that layer's alone, (batch, 1, H, tgt_len, src_len),
-        differentiable (guided alignment training), at the cost of that layer's weights only."""
+        differentiable (guided alignment training), at the cost of that layer's weights only.
+        ``src_lengths`` (batch,) on the host, when the caller has them: a model that needs the lengths
+        there (the RNN's packed sequences) then reads them without a device sync."""
         raise NotImplementedError
 
     def num_parameters(self) -> int:

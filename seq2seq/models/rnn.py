@@ -146,10 +146,13 @@ class RNNEncoder(nn.Module):
         self.rnn = rnn(cfg.embed_dim, cfg.hidden_size, cfg.encoder_layers, batch_first=True,
                        bidirectional=True, dropout=cfg.dropout if cfg.encoder_layers > 1 else 0.0)
 
-    def forward(self, emb: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    def forward(self, emb: torch.Tensor, mask: torch.Tensor,
+                lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
         """emb (B, S, E), mask (B, S) -> outputs (B, S, 2H) (0 on padding), final top-layer states
-        {"final_h": (B, 2H)[, "final_c": (B, 2H)]}."""
-        lengths = mask.sum(1).clamp(min=1).cpu()
+        {"final_h": (B, 2H)[, "final_c": (B, 2H)]}. Packing needs the lengths on the host: ``lengths``
+        (B,) when the caller knows them there (training batches), else read from the mask (on a GPU,
+        a device sync)."""
+        lengths = (mask.sum(1).cpu() if lengths is None else lengths.cpu()).clamp(min=1)
         packed = pack_padded_sequence(emb, lengths, batch_first=True, enforce_sorted=False)
         out, final = run_recurrence(self.rnn, packed)
         out = pad_packed_sequence(out, batch_first=True, total_length=emb.size(1))[0]  # (B, S, 2H)
@@ -314,8 +317,8 @@ class RNNEncoderDecoder(EncoderDecoder):
         if not self.cfg.tie_embeddings:
             nn.init.normal_(self.generator.weight, std=self.decoder.out_dim ** -0.5)
 
-    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> dict:
-        enc, finals = self.encoder(self.dropout(self.embed_src(src)), src_mask)  # (B, S, 2H)
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor, src_lengths: torch.Tensor | None = None) -> dict:
+        enc, finals = self.encoder(self.dropout(self.embed_src(src)), src_mask, src_lengths)  # (B, S, 2H)
         memory = {"enc": enc, "src_mask": src_mask, **finals}
         keys = self.decoder.attention.project_keys(enc)  # once per sentence, not per step
         if keys is not enc:  # plain dot product: the keys are the encoder states themselves
@@ -335,9 +338,9 @@ class RNNEncoderDecoder(EncoderDecoder):
 
     def forward(
         self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, need_attention: bool = False,
-        attention_layer: int | None = None,
+        attention_layer: int | None = None, src_lengths: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        memory = self.encode(src, src_mask)
+        memory = self.encode(src, src_mask, src_lengths)
         emb = self.dropout(self.embed_tgt(tgt_in))  # (B, T, E), dropout once outside the time loop
         features, weights = self.decoder(memory, self.init_state(memory), emb)
         logits = self.generator(self.dropout(features))  # (B, T, V): one matmul for all steps

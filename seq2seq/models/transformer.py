@@ -305,9 +305,9 @@ class TransformerEncoderDecoder(EncoderDecoder):
 
     def forward(
         self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, need_attention: bool = False,
-        attention_layer: int | None = None,
+        attention_layer: int | None = None, src_lengths: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        memory = self.encode(src, src_mask)
+        memory = self.encode(src, src_mask)  # the mask is all it needs: ``src_lengths`` is not read
         logits, _, weights = self._decode(memory, self.tgt_embed(tgt_in), None, need_attention,
                                           attention_layer=attention_layer)
         return logits, weights

@@ -54,8 +54,8 @@ def entropy_sum(attention: torch.Tensor, target: torch.Tensor, layer: int | str)
 
 
 class EntropyPenalty:
-    """w * ``entropy_sum`` for the trainer's loss, and the entropy summed since the last ``take``
-    (for the metrics). Inactive (no attention asked for, nothing added) when w = 0."""
+    """The penalty's settings, checked: weight w and the layer(s) it reads. Inactive (no attention
+    asked for, nothing added) when w = 0. The objective (``objective.py``) adds w * ``entropy_sum``."""
 
     def __init__(self, weight: float, layer: int | str, num_layers: int) -> None:
         if weight < 0:
@@ -65,22 +65,8 @@ class EntropyPenalty:
         except UserError as exc:
             raise UserError(f"--attention-entropy-layer {layer}: {exc}") from None
         self.weight, self.layer = weight, layer
-        self._sum: torch.Tensor | None = None
 
     @property
     def active(self) -> bool:
         """Whether the model must return its attention (only then: it may cost the fused kernel)."""
         return self.weight > 0
-
-    def __call__(self, attention: torch.Tensor | None, target: torch.Tensor) -> torch.Tensor | float:
-        """The term to add to the step's summed loss: w * ``entropy_sum`` (0 when inactive)."""
-        if not self.active:
-            return 0.0
-        total = entropy_sum(attention, target, self.layer)
-        self._sum = total.detach() if self._sum is None else self._sum + total.detach()
-        return self.weight * total
-
-    def take(self) -> torch.Tensor | None:
-        """The entropy summed over target positions since the last call (None if none), then reset."""
-        total, self._sum = self._sum, None
-        return total

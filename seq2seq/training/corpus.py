@@ -26,6 +26,7 @@ from ..alignment.links import to_pharaoh
 from ..config import DataConfig, RunConfig
 from ..data import Batch, TokenBatchSampler, TokenColumns, make_batches, prepare_data
 from ..data.corpus import corpus_fingerprint, load_corpus
+from ..data.shapes import pad_to_shape
 from ..errors import UserError
 from ..io_utils import atomic_output
 from ..runtime import log
@@ -46,6 +47,7 @@ class PreparedCorpus:
     world_size: int = 1  # ... out of this many (see TokenBatchSampler)
     subword_alpha: float = 0.0  # > 0: each epoch's segmentation of the training split is sampled
     guided: GuidedAlignments | None = None  # guided alignment: the training pairs' word links
+    fixed_shapes: bool = False  # training batches padded to fixed shapes (``data.shapes``)
 
     def __post_init__(self) -> None:
         self.columns = {name: TokenColumns(data) for name, data in self.splits.items()}
@@ -54,13 +56,20 @@ class PreparedCorpus:
 
     def _sampler(self, columns: TokenColumns) -> TokenBatchSampler:
         return TokenBatchSampler.for_columns(columns, self.max_tokens, shuffle=True, seed=self.seed,
-                                             rank=self.rank, world_size=self.world_size)
+                                             rank=self.rank, world_size=self.world_size,
+                                             fixed_shapes=self.fixed_shapes)
 
     def train_batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
         """This rank's batches of ``epoch`` in training order, skipping the first ``start``."""
         columns, sampler = self.epoch_columns(epoch)
         batches = make_batches(columns, sampler.batches(epoch)[start:])
-        return batches if self.guided is None else self._with_gold(columns, batches)
+        return self._shaped(batches if self.guided is None else self._with_gold(columns, batches))
+
+    def _shaped(self, batches: Iterator[Batch]) -> Iterator[Batch]:
+        """``fixed_shapes``: each batch padded to its bucket's shape; else the batches as they are."""
+        if not self.fixed_shapes:
+            return batches
+        return (pad_to_shape(batch, self.max_tokens) for batch in batches)
 
     def _with_gold(self, columns: TokenColumns, batches: Iterator[Batch]) -> Iterator[Batch]:
         """Guided alignment: each batch with its gold attention (``Batch.guide``), mapped to the
@@ -113,10 +122,10 @@ class StreamingCorpus(PreparedCorpus):
         from ..data.streaming import StreamBatcher
 
         self.columns = {name: TokenColumns(data) for name, data in self.splits.items()}
-        self.batcher = StreamBatcher(self.stream, self.max_tokens, self.seed, self.window)
+        self.batcher = StreamBatcher(self.stream, self.max_tokens, self.seed, self.window, self.fixed_shapes)
 
     def train_batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
-        return self.batcher.batches(epoch, start)
+        return self._shaped(self.batcher.batches(epoch, start))
 
 
 def prepare_run_corpus(cfg: RunConfig, output_dir: Path, quiet: bool = False,
@@ -144,7 +153,7 @@ def prepare_run_corpus(cfg: RunConfig, output_dir: Path, quiet: bool = False,
         log("corpus", quiet=quiet, vocab=tokenizer.vocab_size, train_pairs="stream",
             **{f"{name}_pairs": len(data) for name, data in splits.items()})
         return StreamingCorpus(tokenizer, splits, cfg.data.max_tokens, cfg.train.seed, rank, world,
-                               stream=stream, window=cfg.data.stream_window)
+                               fixed_shapes=bool(cfg.data.fixed_shapes), stream=stream, window=cfg.data.stream_window)
     data = dataclasses.replace(cfg.data, guided_alignment=str(alignment_file(cfg.data))) \
         if cfg.data.guided_alignment else cfg.data
     tokenizer, splits = distributed.main_first(lambda: _reuse_main(tokenizer_path, lambda: prepare_data(
@@ -157,7 +166,7 @@ def prepare_run_corpus(cfg: RunConfig, output_dir: Path, quiet: bool = False,
     if cfg.data.guided_alignment:
         guided = GuidedAlignments.from_split(splits["train"], tokenizer, data.guided_alignment)
     return PreparedCorpus(tokenizer, splits, cfg.data.max_tokens, cfg.train.seed, rank, world,
-                          subword_alpha=cfg.data.subword_alpha, guided=guided)
+                          subword_alpha=cfg.data.subword_alpha, guided=guided, fixed_shapes=bool(cfg.data.fixed_shapes))
 
 
 def alignment_file(data: DataConfig) -> Path:

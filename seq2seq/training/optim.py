@@ -26,12 +26,16 @@ def schedule_kind(cfg: RunConfig) -> str:
 
 
 def build_optimizer(model: torch.nn.Module, cfg: RunConfig) -> torch.optim.Optimizer:
+    """Adam or AdamW over ``model``'s parameters (built on their device): fused on CUDA, PyTorch's
+    default (foreach) elsewhere, so CPU runs keep their numbers."""
     kinds = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
     if cfg.train.optimizer not in kinds:
         raise UserError(f"--optimizer must be adam or adamw, got {cfg.train.optimizer!r}")
+    on_cuda = all(p.is_cuda for p in model.parameters())
     return kinds[cfg.train.optimizer](
         model.parameters(), lr=default_lr(cfg), betas=tuple(cfg.train.betas),
         weight_decay=cfg.train.weight_decay,
+        fused=on_cuda or None,  # CUDA: one kernel per group, and fp16's overflow check stays on the device
     )
 
 

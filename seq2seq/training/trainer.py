@@ -34,7 +34,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import torch
 
@@ -55,11 +55,15 @@ from ..runtime import (
     resolve_device,
     resolve_precision,
     seed_everything,
+    synchronize,
+    tf32_kept,
 )
 from . import distributed
 from .attention_entropy import EntropyPenalty
+from .compiled import objective_runner
 from .corpus import PreparedCorpus
 from .guided import GuidedTraining
+from .objective import Objective
 from .rng import rng_state, set_rng_state
 from .optim import build_optimizer, build_scheduler, sequence_loss
 from .tensorboard import TensorBoardLog
@@ -98,6 +102,7 @@ class Trainer:
         self.corpus = corpus
         self.quiet = quiet
         self.device = distributed.local_device(resolve_device(cfg.train.device))
+        self.cfg = cfg = cfg.resolved(self.device.type)  # a no-op for a resolved config (``train`` resolves)
         self.rank, self.world, self.main = distributed.rank(), distributed.world_size(), distributed.is_main()
         self.out = Path(cfg.output_dir)
         self.model = build_model(cfg.model).to(self.device)
@@ -106,7 +111,7 @@ class Trainer:
         self.entropy_penalty = EntropyPenalty(cfg.train.attention_entropy_weight, cfg.train.attention_entropy_layer,
                                               self.model.attention_layers)
         self.attention_entropy: torch.Tensor | None = None  # of the last step, per target token (this rank)
-        self.optimizer = build_optimizer(self.model, cfg)
+        self.optimizer = build_optimizer(self.model, cfg)  # fused on CUDA: no host sync, even with fp16
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.precision = resolve_precision(self.device, cfg.train.precision)  # auto: this hardware's choice
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16")
@@ -125,7 +130,10 @@ class Trainer:
         self._validated_step, self._validated_slot = -1, 0  # the step and clock slot of the last validation
         autocast(self.device, self.precision)  # validate --precision early
         self.ddp = distributed.wrap_model(self.model, self.device)  # the model itself in one process
-        self.forward = compile_model(self.ddp) if cfg.train.compile else self.ddp
+        self.objective = Objective(self.ddp, cfg.train.label_smoothing, self.guided, self.entropy_penalty,
+                                   lambda: autocast(self.device, self.precision))
+        self.step_objective = objective_runner(self.objective, cfg.train.compile, self.device, cfg.train.accumulate,
+                                               self.world)
 
     # ----------------------------------------------------------------- state
     def state(self, rng_ranks: list | None = None) -> dict[str, Any]:
@@ -247,7 +255,9 @@ class Trainer:
     def _step(self, group: StepGroup, bar, session_start: float) -> None:
         t0 = time.time()
         loss, tokens = self.train_step(group)
-        p = self.progress
+        p, tc = self.progress, self.cfg.train
+        if (p.step + 1) % max(tc.log_every, 1) == 0 or tc.eval_every and (p.step + 1) % tc.eval_every == 0:
+            synchronize(self.device)  # the device's backlog counts as training time where throughput is read
         p.train_seconds += time.time() - t0
         p.tgt_tokens += tokens
         p.batch_in_epoch += len(group)
@@ -318,24 +328,17 @@ class Trainer:
         total_tokens = group.tokens if isinstance(group, StepGroup) else sum(b.num_tgt_tokens for b in group)
         normaliser = total_tokens / self.world
         total_loss, total_guided = torch.zeros((), device=self.device), torch.zeros((), device=self.device)
-        every_layer = self.entropy_penalty.active  # the penalty reads its layer(s); guided slices its own
-        attention = {} if self.guided is None or every_layer else {"attention_layer": self.guided.layer}
+        total_entropy = torch.zeros((), device=self.device)
         for i, batch in enumerate(group):
             batch = batch.to(self.device)
             with distributed.no_sync(self.ddp, sync=i == len(group) - 1):
-                with autocast(self.device, self.precision):
-                    logits, weights = self.forward(batch.src, batch.src_mask, batch.tgt_in, every_layer, **attention)
-                loss = sequence_loss(logits, batch.tgt_out, self.cfg.train.label_smoothing, reuse_logits=True)
-                objective = loss + self.entropy_penalty(weights, batch.tgt_out)  # + 0 when off
-                if self.guided is not None:  # + lambda * sum_t KL(gold_t || attention_t)
-                    supervised = weights[:, self.guided.layer:self.guided.layer + 1] if every_layer else weights
-                    guided = self.guided.loss(supervised, batch.guide)
-                    objective = objective + self.guided.weight * guided
-                    total_guided += guided.detach()
-                self.scaler.scale(objective / normaliser).backward()
-            total_loss += loss.detach()
-        entropy = self.entropy_penalty.take()
-        self.attention_entropy = None if entropy is None else entropy / max(total_tokens, 1)
+                terms = self.step_objective(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_out, batch.guide,
+                                            batch.src_lengths)
+                self.scaler.scale(terms.objective / normaliser).backward()
+            total_loss += terms.cross_entropy
+            total_guided += terms.guided
+            total_entropy += terms.entropy
+        self.attention_entropy = total_entropy / max(total_tokens, 1) if self.entropy_penalty.active else None
         self.scaler.unscale_(self.optimizer)
         if self.cfg.train.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip_norm)
@@ -344,7 +347,8 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         # fp16: an overflow makes the scaler skip optimizer.step() and lower its scale; such a step
         # is no update, so neither the schedule nor the step counter (``_step``) advances. Reading the
-        # new scale is the one host sync fp16 adds per step (the counter must know); bf16/fp32: none.
+        # new scale is the one host sync fp16 adds per step (the counter must know; the fused
+        # optimizer reads the overflow flag on the device); bf16/fp32: none.
         self.last_step_skipped = False
         if self.scaler.is_enabled():
             scale = self.scaler.get_scale()
@@ -444,7 +448,8 @@ class Trainer:
             loss_sum += sequence_loss(logits, batch.tgt_out)
             tokens += batch.num_tgt_tokens
         sources, references = self.corpus.texts("validation", self.cfg.train.eval_max_sentences)
-        translator = Translator(self.model, self.corpus.tokenizer, self.device)
+        with tf32_kept():  # a Translator turns TF32 off (IEEE fp32 decoding); training keeps --tf32
+            translator = Translator(self.model, self.corpus.tokenizer, self.device)
         hyps = translator.translate(sources, beam_size=self.cfg.train.eval_beam_size, need_attention=False)
         scores = corpus_scores([h.text for h in hyps], references, ("bleu", "chrf"))
         if self.tensorboard.writer is not None:  # the same few sentences at every validation
@@ -469,21 +474,3 @@ _NO_STEP = ("epoch {epoch} gave no training step: the training data makes fewer 
             "--accumulate ({groups}) times the number of processes; use more data, a smaller "
             "--max-tokens or a smaller --accumulate")
 
-
-def compile_model(model: torch.nn.Module) -> Callable[..., Any]:
-    """``torch.compile`` with dynamic shapes (batches vary in size and length). Compilation happens
-    at the first steps (minutes on a CPU); a failure there, e.g. no C++ compiler for the CPU backend,
-    becomes a UserError naming ``--compile``."""
-    from torch._dynamo.exc import TorchDynamoException
-
-    compiled = torch.compile(model, dynamic=True)
-
-    def forward(*args: Any) -> Any:
-        try:
-            return compiled(*args)
-        except TorchDynamoException as exc:
-            reason = (str(exc).strip().splitlines() or [""])[0][:300]
-            raise UserError(f"--compile: torch.compile failed ({type(exc).__name__}: {reason}); "
-                            "train without --compile") from None
-
-    return forward

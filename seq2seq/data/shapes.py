@@ -1,0 +1,72 @@
+"""Fixed batch shapes (``--fixed-shapes``): training batches padded to a few shapes, so that a compiled
+training step, and the CUDA graph of each shape, is built once and replayed for the rest of the run.
+
+A batch whose longest side (source or target, BOS/EOS included) is ``c`` tokens is padded on both
+sides to its bucket length
+
+    L(c) = c rounded up to a multiple of s,  s = max(8, 2^(ceil(log2 c) - 3))
+
+(8, 16, ..., 64, then 80, 96, 112, 128, then steps of 32 to 256, ...: at most 1/8 of padding past 64
+tokens, at most 7 tokens below), and to the bucket's row count ``R(L) = max(1, max_tokens // L)``
+with empty pairs. The sampler packs with the bucket length as each pair's cost
+(``pack_by_tokens(fixed_shapes=True)``), so every batch fits its bucket's shape, and a run sees one
+shape per bucket length: about a dozen on sentence-level corpora.
+
+An empty pair is a source of one EOS (a source with no real position would make the attention's
+softmax 0/0) and a target of padding only: it adds nothing to the loss, the guided-alignment term,
+the entropy penalty or the token counts, and padding columns are masked like any padding, so a
+padded batch trains exactly like the batch itself (``tests/test_shapes.py``).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+#: Below this length every multiple of 8 is a bucket.
+FINEST_STEP = 8
+
+
+def bucket_lengths(costs: np.ndarray) -> np.ndarray:
+    """L(c) for an array of pair costs (>= 1)."""
+    costs = np.maximum(np.asarray(costs, dtype=np.int64), 1)
+    steps = np.maximum(FINEST_STEP, 2 ** (np.ceil(np.log2(costs)).astype(np.int64) - 3))
+    return -(-costs // steps) * steps
+
+
+def bucket_length(cost: int) -> int:
+    """L(c) of one cost."""
+    return int(bucket_lengths(np.array([cost]))[0])
+
+
+def bucket_rows(length: int, max_tokens: int) -> int:
+    """R(L): the rows of every batch of bucket length ``length``."""
+    return max(1, max_tokens // length)
+
+
+def pad_to_shape(batch, max_tokens: int):
+    """``batch`` (a ``Batch``) padded to its bucket's fixed shape (R(L), L) on both sides; a batch
+    with more rows than R(L) (not packed with ``fixed_shapes``) keeps its rows."""
+    length = bucket_length(max(batch.src.size(1), batch.tgt_in.size(1)))
+    rows = max(batch.src.size(0), bucket_rows(length, max_tokens))
+    grow_rows, grow_src, grow_tgt = rows - batch.src.size(0), length - batch.src.size(1), length - batch.tgt_in.size(1)
+    if not (grow_rows or grow_src or grow_tgt):
+        return batch
+
+    def pad(tensor: torch.Tensor, columns: int, fill, first=None) -> torch.Tensor:
+        out = torch.nn.functional.pad(tensor, (0, columns), value=fill)
+        extra = out.new_full((grow_rows, out.size(1)), fill)
+        if first is not None:
+            extra[:, 0] = first
+        return torch.cat([out, extra])
+
+    guide = batch.guide
+    if guide is not None:  # (B, T, S): empty rows and columns are unsupervised
+        guide = torch.nn.functional.pad(guide, (0, grow_src, 0, grow_tgt, 0, grow_rows))
+    lengths = batch.host_src_lengths()
+    return type(batch)(
+        src=pad(batch.src, grow_src, PAD_ID, EOS_ID), src_mask=pad(batch.src_mask, grow_src, False, True),
+        tgt_in=pad(batch.tgt_in, grow_tgt, PAD_ID, BOS_ID), tgt_out=pad(batch.tgt_out, grow_tgt, PAD_ID),
+        tgt_mask=pad(batch.tgt_mask, grow_tgt, False), indices=batch.indices, token_counts=batch._counts(),
+        guide=guide, src_lengths=torch.cat([lengths, lengths.new_ones(grow_rows)]))
