@@ -125,3 +125,56 @@ def test_bf16_rnn_recurrence_runs_in_fp32_under_autocast():
     with torch.autocast("cuda", dtype=torch.bfloat16):
         output, _ = run_recurrence(rnn, torch.randn(2, 5, 8, device="cuda"))
     assert output.dtype == torch.float32  # cuDNN would otherwise run it in unscaled fp16
+
+
+@pytest.mark.parametrize("arch", ["transformer", "rnn"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_a_cuda_training_step_never_waits_for_the_gpu_but_fp16_reads_its_scale_once(tmp_path, monkeypatch, arch,
+                                                                                    precision):
+    """CUDA's own sync detector (``torch.cuda.set_sync_debug_mode``) inside every training step: no host
+    sync in fp32 and bf16, exactly one in fp16 (the loss scale the step counter needs)."""
+    import warnings
+
+    from seq2seq.training.trainer import Trainer
+
+    if precision == "bf16" and not bf16_supported():
+        pytest.skip("this GPU has no bf16")
+    syncs, original = [], Trainer.train_step
+
+    def watched(self, group):
+        group = [batch.to(self.device) for batch in group]  # the copies are not the step's
+        torch.cuda.synchronize()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                out = original(self, group)
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+        syncs.append(sum("synchronizing" in str(w.message) for w in caught))
+        return out
+
+    monkeypatch.setattr(Trainer, "train_step", watched)
+    train(tiny_config(tmp_path / "run", arch, device="cuda", precision=precision, max_steps=6, eval_every=0),
+          quiet=True)
+    assert syncs == [1 if precision == "fp16" else 0] * 6, syncs
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_graphed_step_trains_like_the_eager_step_on_cuda(tmp_path, precision):
+    """--compile on CUDA (CUDA graphs per fixed shape) against eager training on the same fixed-shape
+    batches: the logged losses agree to a tolerance (kernels differ in summation order)."""
+    import json
+
+    if precision == "bf16" and not bf16_supported():
+        pytest.skip("this GPU has no bf16")
+    losses = {}
+    for name, compile_step in (("eager", False), ("graphed", True)):
+        cfg = tiny_config(tmp_path / name, "transformer", device="cuda", precision=precision, max_steps=40,
+                          eval_every=0, log_every=10, compile=compile_step)
+        cfg.data.fixed_shapes = True
+        train(cfg, quiet=True)
+        records = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        losses[name] = [r["loss"] for r in records if r["kind"] == "train"]
+    assert len(losses["graphed"]) == 4
+    assert losses["graphed"] == pytest.approx(losses["eager"], rel=0.02 if precision == "bf16" else 2e-3)

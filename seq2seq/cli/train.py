@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         if chosen:
             from ..config import training_device_type
 
-            header += f"\n# Chosen for training on {training_device_type(cfg.train.device).upper()} (unset above; a flag overrides):"
+            where = training_device_type(cfg.train.device).upper()
+            header += f"\n# Chosen for training on {where} (unset above; a flag overrides):"
             header += "".join(f"\n#   {key}: {value}  ({why})" for key, value, why in chosen)
         sys.stdout.write(config_to_yaml(cfg, header=header))
         return 0

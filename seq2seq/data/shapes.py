@@ -4,13 +4,13 @@ training step, and the CUDA graph of each shape, is built once and replayed for 
 A batch whose longest side (source or target, BOS/EOS included) is ``c`` tokens is padded on both
 sides to its bucket length
 
-    L(c) = c rounded up to a multiple of s,  s = max(8, 2^(ceil(log2 c) - 3))
+    L(c) = c rounded up to a multiple of s,  s = max(8, 2^(floor(log2 c) - 3))
 
-(8, 16, ..., 64, then 80, 96, 112, 128, then steps of 32 to 256, ...: at most 1/8 of padding past 64
+(8, 16, ..., 128 by 8, then by 16 to 256, by 32 to 512, ...: less than c / 8 of padding past 64
 tokens, at most 7 tokens below), and to the bucket's row count ``R(L) = max(1, max_tokens // L)``
 with empty pairs. The sampler packs with the bucket length as each pair's cost
 (``pack_by_tokens(fixed_shapes=True)``), so every batch fits its bucket's shape, and a run sees one
-shape per bucket length: about a dozen on sentence-level corpora.
+shape per bucket length: 16 up to 128 tokens, a dozen or so on sentence-level corpora.
 
 An empty pair is a source of one EOS (a source with no real position would make the attention's
 softmax 0/0) and a target of padding only: it adds nothing to the loss, the guided-alignment term,
@@ -24,14 +24,14 @@ import torch
 
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
 
-#: Below this length every multiple of 8 is a bucket.
+#: Up to 128 tokens every multiple of 8 is a bucket length.
 FINEST_STEP = 8
 
 
 def bucket_lengths(costs: np.ndarray) -> np.ndarray:
     """L(c) for an array of pair costs (>= 1)."""
     costs = np.maximum(np.asarray(costs, dtype=np.int64), 1)
-    steps = np.maximum(FINEST_STEP, 2 ** (np.ceil(np.log2(costs)).astype(np.int64) - 3))
+    steps = np.left_shift(1, np.maximum(np.floor(np.log2(costs)).astype(np.int64) - 3, 3))  # >= FINEST_STEP
     return -(-costs // steps) * steps
 
 

@@ -152,7 +152,7 @@ class RNNEncoder(nn.Module):
         {"final_h": (B, 2H)[, "final_c": (B, 2H)]}. Packing needs the lengths on the host: ``lengths``
         (B,) when the caller knows them there (training batches), else read from the mask (on a GPU,
         a device sync)."""
-        lengths = (mask.sum(1).cpu() if lengths is None else lengths.cpu()).clamp(min=1)
+        lengths = (mask.sum(1).cpu() if lengths is None else lengths).clamp(min=1)
         packed = pack_padded_sequence(emb, lengths, batch_first=True, enforce_sorted=False)
         out, final = run_recurrence(self.rnn, packed)
         out = pad_packed_sequence(out, batch_first=True, total_length=emb.size(1))[0]  # (B, S, 2H)

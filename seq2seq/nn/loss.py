@@ -17,6 +17,10 @@ the arithmetic is fp32 whatever the logits' dtype. With ``reuse_logits`` (traini
 the logits after the loss) the gradient is written over the logits instead of a new (N, V) tensor,
 which saves that tensor's memory and the page faults of first writing it. Both are faster than
 ``F.cross_entropy`` in fp32 and bf16 (measurements: docs/performance.md).
+
+Inside ``torch.compile`` (the compiled training step) the same formula runs as plain tensor
+operations, which the compiler fuses and differentiates itself: the chunk loop would tie the graph
+to the number of rows, and every batch shape would compile again.
 """
 from __future__ import annotations
 
@@ -81,4 +85,14 @@ def label_smoothed_cross_entropy(
     weight = (torch.ones_like(target, dtype=torch.float32) if ignore_index is None
               else (target != ignore_index).float())
     safe_target = target if ignore_index is None else target.masked_fill(target == ignore_index, 0)
+    if torch.compiler.is_compiling():
+        return _traced_loss(logits, safe_target, weight, float(label_smoothing))
     return _LabelSmoothedCrossEntropy.apply(logits, safe_target, weight, float(label_smoothing), reuse_logits)
+
+
+def _traced_loss(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """The loss as plain differentiable operations, for a compiler to fuse (see the module docstring)."""
+    z = logits.float()
+    target_logit = z.gather(1, target[:, None])[:, 0]
+    loss = z.logsumexp(-1) - (1 - eps) * target_logit - (eps / z.size(-1)) * z.sum(-1)
+    return (loss * weight).sum()
