@@ -18,13 +18,15 @@ stopped at its limit keeps what it measured):
                 peak (FLOPs per target token counted once per architecture), kernel launches per step
                 (profiler: cudaLaunchKernel / cudaGraphLaunch calls), host syncs per step (CUDA's sync
                 detector over 5 steps), peak memory, the last loss.
-``bleu``        time to BLEU: ``seq2seq train --preset transformer`` with the GPU recipe (``--recipe auto``:
-                the transformer configuration of ``throughput`` at the device's default batch that trains
-                the most tokens in the budget, a graphed one's warm-up deducted; else the named one) for
-                ``--bleu-minutes`` of wall-clock (compilation and validation included), validating on the
-                full validation split every ``--eval-minutes``; the curve (minute, step, BLEU), the first
-                minute at which validation reached 38, 39 and 40, and test BLEU (beam 5) of the best
-                checkpoint. ``cpu-recipe`` is the same with the CPU defaults (fp32, 3,000-token batches,
+``bleu``        time to BLEU: ``seq2seq train --preset transformer-gpu`` (``--bleu-preset``) with the GPU
+                recipe (``--recipe auto``: the transformer configuration of ``throughput`` at the device's
+                default batch that trains the most tokens in the budget, a graphed one's warm-up deducted;
+                else the named one) for ``--bleu-minutes`` of wall-clock (compilation and validation
+                included), validating on the full validation split every ``--eval-minutes``; the curve
+                (minute, step, valid BLEU), the first minute at which validation reached 38, 39 and 40,
+                test BLEU (greedy) of each validation's snapshot (the peer's measure,
+                ``peers/onmt_gpu.py``) and test BLEU (beam 5) of the best checkpoint. ``cpu-recipe`` is
+                the same with the ``transformer`` preset and the CPU defaults (fp32, 3,000-token batches,
                 eager) for comparison.
 
 On the lent GPU machine (``../shared/gpu/README.md``), one command of at most 9 minutes:
@@ -97,6 +99,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compile-limit", type=float, default=150.0, help="most seconds of compiled warm-up")
     parser.add_argument("--bleu-minutes", type=float, default=4.0)
     parser.add_argument("--eval-minutes", type=float, default=0.25)
+    parser.add_argument("--bleu-preset", default="transformer-gpu", help="the preset of the time-to-BLEU runs")
     parser.add_argument("--recipe", default="auto",
                         help="auto or a throughput key, e.g. 'transformer bf16 12000 graphed'")
     parser.add_argument("--device", default="cuda")
@@ -264,14 +267,14 @@ def recipe_flags(args, record: dict) -> tuple[str, list[str]]:
     return name, flags
 
 
-def part_bleu(args, record: dict, label: str, flags: list[str]) -> dict:
+def part_bleu(args, record: dict, label: str, preset: str, flags: list[str]) -> dict:
     run_dir = args.work / label
     shutil.rmtree(run_dir, ignore_errors=True)
     copy_tokenizer(args.work / "tokenizer", run_dir)
-    command = [sys.executable, "-m", "seq2seq", "train", "--preset", "transformer", "--data-dir", str(args.data_dir),
+    command = [sys.executable, "-m", "seq2seq", "train", "--preset", preset, "--data-dir", str(args.data_dir),
                "--src", args.src, "--tgt", args.tgt, "--device", args.device, "--output-dir", str(run_dir),
                "--quiet", "--max-minutes", str(args.bleu_minutes), "--eval-every", "0",
-               "--eval-every-minutes", str(args.eval_minutes), *flags]
+               "--eval-every-minutes", str(args.eval_minutes), "--keep-last", "100", *flags]
     if args.tiny:
         command += ["--d-model", "32", "--heads", "2", "--ff-size", "64", "--layers", "1", "--vocab-size", "200"]
     print(f"[{label}] {' '.join(command)}", flush=True)
@@ -292,12 +295,38 @@ def part_bleu(args, record: dict, label: str, flags: list[str]) -> dict:
         trains = [r for r in records if r["kind"] == "train"]
         if trains:
             entry["tok_s"] = round(trains[-1]["tokens_per_s"])
+    if entry.get("curve"):  # test BLEU (greedy) of every validation's snapshot: the peer's measure
+        try:
+            tests = test_curve(args, run_dir)
+            for point in entry["curve"]:
+                point["test_bleu_greedy"] = tests.get(point["step"])
+            entry["first_minute_test_at"] = {
+                f"{t:g}": next((c["minute"] for c in entry["curve"] if (c.get("test_bleu_greedy") or 0) >= t), None)
+                for t in THRESHOLDS}
+        except Exception as exc:  # noqa: BLE001 - the run's own numbers stand
+            entry["test_curve_error"] = f"{type(exc).__name__}: {exc}"[:500]
     summary = run_dir / "summary.json"
     if summary.is_file():
         data = json.loads(summary.read_text())
         entry.update(best_valid_bleu=data.get("best_valid_bleu"), steps=data.get("steps"),
                      test=data.get("test"), peak_mb=data.get("peak_cuda_memory_mb"))
     return entry
+
+
+def test_curve(args, run_dir: Path) -> dict[int, float]:
+    """Greedy test BLEU of each snapshot in ``run_dir/checkpoints`` (``--keep-last``), by step."""
+    from seq2seq.decoding.translator import Translator
+    from seq2seq.metrics import corpus_scores
+
+    sources = (args.data_dir / f"{args.test_split}.{args.src}").read_text(encoding="utf-8").splitlines()
+    references = (args.data_dir / f"{args.test_split}.{args.tgt}").read_text(encoding="utf-8").splitlines()
+    index = json.loads((run_dir / "checkpoints" / "index.json").read_text())
+    scores = {}
+    for item in index:
+        translator = Translator.from_checkpoint(run_dir / "checkpoints" / item["file"], device=args.device)
+        texts = [t.text for t in translator.translate(sources, beam_size=1, need_attention=False)]
+        scores[item["step"]] = round(corpus_scores(texts, references, ("bleu",))["bleu"].score, 2)
+    return scores
 
 
 # ----------------------------------------------------------------------------- the record
@@ -333,8 +362,9 @@ def table(record: dict) -> str:
                   f"{r.get('steps')} steps, {r.get('tok_s')} tok/s, best valid BLEU {r.get('best_valid_bleu')}, "
                   f"first minute at valid BLEU {r.get('first_minute_at')}, test {test}", ""]
         if r.get("curve"):
-            lines.append(markdown_table(["minute", "train minute", "step", "valid BLEU"],
-                                        [[c["minute"], c["train_minute"], c["step"], c["bleu"]] for c in r["curve"]]))
+            lines.append(markdown_table(["minute", "train minute", "step", "valid BLEU", "test BLEU (greedy)"],
+                                        [[c["minute"], c["train_minute"], c["step"], c["bleu"],
+                                          c.get("test_bleu_greedy", "")] for c in r["curve"]]))
             lines.append("")
     return "\n".join(lines)
 
@@ -392,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
             name = "the CPU defaults"
             flags = ["--max-tokens", "3000", "--precision", "fp32", "--no-tf32", "--no-compile"]
         try:
-            record[label] = {"recipe": name, **part_bleu(args, record, label, flags)}
+            preset = args.bleu_preset if label == "bleu" else "transformer"
+            record[label] = {"recipe": f"--preset {preset}, {name}", **part_bleu(args, record, label, preset, flags)}
         except Exception as exc:  # noqa: BLE001
             record[label] = {"recipe": name, "error": f"{type(exc).__name__}: {exc}"[:1500]}
         status |= record[label].get("exit") != 0

@@ -1,6 +1,7 @@
 """Shared fixtures: a tiny parallel corpus and a SentencePiece model trained on it (fast)."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -44,6 +45,40 @@ def batch():
 
     src, mask, _, _ = reverse_batch(6, torch.Generator().manual_seed(7), 1, 6)
     return src, mask
+
+
+REAL_CUDA_AVAILABLE = torch.cuda.is_available
+VISIBLE_DEVICES = os.environ.get("CUDA_VISIBLE_DEVICES")  # as the suite was started
+
+
+def _hide_cuda(patch: pytest.MonkeyPatch) -> None:
+    patch.setattr(torch.cuda, "is_available", lambda: False)
+    patch.setenv("CUDA_VISIBLE_DEVICES", "")  # for subprocesses
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cpu_unless_marked_cuda(request):
+    """On a machine with a GPU, every test not marked ``cuda`` runs as on one without: ``device auto``
+    and the GPU defaults (batch sizes, bf16, the compiled step) would otherwise change what it tests
+    and how long it takes. Module-wide (module-scoped fixtures train too), unless the module is marked
+    ``cuda`` (test_cuda.py, the CPU tests of the GPU paths); ``_cuda_for_marked_tests`` shows the GPU
+    again to a test marked on its own. Subprocesses inherit an empty ``CUDA_VISIBLE_DEVICES``."""
+    if request.node.get_closest_marker("cuda") is not None or not REAL_CUDA_AVAILABLE():
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        _hide_cuda(patch)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _cuda_for_marked_tests(request, monkeypatch):
+    if request.node.get_closest_marker("cuda") is not None and REAL_CUDA_AVAILABLE():
+        monkeypatch.setattr(torch.cuda, "is_available", REAL_CUDA_AVAILABLE)
+        if VISIBLE_DEVICES is None:
+            monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        else:
+            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", VISIBLE_DEVICES)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -369,6 +369,7 @@ def test_the_reverse_task_learns_with_sparse_attention():
     assert (attention[:, 0, 0][real] == 0).float().mean() > 0.3  # many real positions get exactly nothing
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_sparse_cross_attention_on_cuda_matches_cpu(precision):

@@ -48,12 +48,11 @@ def test_fixed_shape_packing_gives_one_shape_per_bucket_and_keeps_every_pair():
     sampler = TokenBatchSampler(src, tgt, max_tokens=1000, seed=1, fixed_shapes=True)
     shapes = set()
     for rows in sampler.batches(0):
-        cost = int(max(src[rows].max(), tgt[rows].max() + 1))
-        length = bucket_length(cost)
-        assert len(rows) <= bucket_rows(length, 1000)
-        shapes.add((bucket_rows(length, 1000), length))
+        src_length, tgt_length = bucket_length(int(src[rows].max())), bucket_length(int(tgt[rows].max() + 1))
+        assert len(rows) <= bucket_rows(max(src_length, tgt_length), 1000)
+        shapes.add((bucket_rows(max(src_length, tgt_length), 1000), src_length, tgt_length))
     assert np.array_equal(np.sort(np.concatenate(sampler.batches(0))), np.arange(3000))
-    assert len(shapes) <= 13  # costs up to 90: 8..96 by 8
+    assert len(shapes) <= 13 * 13  # lengths up to 90: 8..96 by 8 on each side
 
 
 def _random_batch(rng: np.random.Generator, rows: int, vocab: int):
@@ -77,7 +76,9 @@ def test_a_padded_batch_trains_exactly_like_the_batch(arch):
                           lambda: autocast(torch.device("cpu"), "fp32"))
     batch = _random_batch(np.random.default_rng(1), 5, 40)
     padded = pad_to_shape(batch, max_tokens=400)
-    assert padded.src.shape == padded.tgt_in.shape == (400 // 16, 16)
+    rows = 400 // max(bucket_length(batch.src.size(1)), bucket_length(batch.tgt_in.size(1)))
+    assert padded.src.shape == (rows, bucket_length(batch.src.size(1)))
+    assert padded.tgt_in.shape == padded.tgt_out.shape == (rows, bucket_length(batch.tgt_in.size(1)))
     assert (padded.num_src_tokens, padded.num_tgt_tokens) == (batch.num_src_tokens, batch.num_tgt_tokens)
     results = []
     for b in (batch, padded):

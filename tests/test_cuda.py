@@ -21,7 +21,7 @@ from seq2seq.training.run import train
 from seq2seq.decoding.translator import Translator
 from test_training import tiny_config
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 SENTENCES = ["twenty-one", "three hundred and four", "seven", "ninety-nine", "one thousand and twelve",
              "forty", "eighteen", "five hundred and sixty-six"]
 

@@ -18,6 +18,8 @@ from seq2seq.runtime import allow_tf32, precision_warning, resolve_device
 from seq2seq.training import distributed
 from test_models import make_model, reverse_batch, train
 
+pytestmark = pytest.mark.cuda  # with a GPU, these run with it visible (tests/conftest.py)
+
 
 @pytest.fixture
 def fake_gpus(monkeypatch):

