@@ -1,8 +1,9 @@
 """Small I/O helpers: the one atomic writer, temp names beside a target, chunked line streams and
 the one markdown table renderer.
 
-Every file the toolkit writes goes through a temp file in the target's directory and an
-``os.replace`` (atomic on POSIX), so an error never leaves a half-written file under the final name.
+Every file the toolkit writes goes through a temp file in the target's directory, flushed to the
+disk (``fsync``) and then renamed over the target (``os.replace``, atomic on POSIX; the directory is
+synced after it), so an error or a crash never leaves a half-written file under the final name.
 The published file gets the permissions a plain ``open(path, "w")`` would give: 0666 less the
 process umask (``tempfile.mkstemp`` alone would leave it private, 0600).
 """
@@ -31,6 +32,7 @@ FIXABLE_ERRNOS = {
     errno.EEXIST: "a part of the path is a file, not a directory",
     errno.EMFILE: "too many open files", errno.ENFILE: "too many open files in the system",
     errno.ENAMETOOLONG: "file name too long",
+    errno.EIO: "input/output error (the disk or its file system failed; check it)",
 }
 
 
@@ -83,7 +85,10 @@ def atomic_output(path: str | Path | None, mode: str = "w") -> Iterator[IO]:
         os.fchmod(fd, 0o666 & ~current_umask())  # what open(path, "w") gives, not mkstemp's 0600
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
             yield handle
+            handle.flush()
+            os.fsync(handle.fileno())  # the data is on the disk before the name points at it
         os.replace(tmp, path)
+        sync_directory(path.parent)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
         ours = exc.filename in (None, tmp, str(path))  # not an error about another file read in the block
@@ -91,6 +96,21 @@ def atomic_output(path: str | Path | None, mode: str = "w") -> Iterator[IO]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def sync_directory(directory: Path) -> None:
+    """fsync a directory, so that a rename in it survives a crash (best effort: some file systems
+    and platforms cannot open or sync a directory)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _what_survived(path: Path) -> str:

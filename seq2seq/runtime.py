@@ -180,10 +180,35 @@ class JsonlLog:
         self.start = time.time()
 
     def write(self, record: dict[str, Any]) -> None:
+        """Append ``record`` as one line. A refusal of the disk is an ``OutputError`` naming the file
+        (the lines before are intact); a line a failed write left half-written is cut off before the
+        next one is appended, so every line of the log stays one JSON object."""
         if not self.enabled:
             return
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        from .io_utils import output_error
+
+        try:
+            self._cut_partial_line()
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        except OSError as exc:
+            raise output_error(exc, f"appending to {self.path}", "the lines before are intact") or exc from None
+
+    def _cut_partial_line(self) -> None:
+        try:
+            with open(self.path, "rb+") as handle:
+                size = handle.seek(0, os.SEEK_END)
+                if size == 0:
+                    return
+                handle.seek(max(size - 65536, 0))
+                tail = handle.read()
+                if tail.endswith(b"\n"):
+                    return
+                cut = size - len(tail) + tail.rfind(b"\n") + 1  # 0 when no line was complete
+                handle.truncate(cut)
+                log("warning", message=f"{self.path}: cut off a half-written last line ({size - cut} bytes)")
+        except FileNotFoundError:
+            return
 
 
 def peak_rss_mb() -> float:

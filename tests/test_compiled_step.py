@@ -187,11 +187,13 @@ def test_the_compiled_step_with_guided_alignment_trains_like_the_eager_one(tmp_p
     links = toy_alignment_file(tmp_path / "toy.talp", 200)
     losses = {}
     for name, compile_step in (("eager", False), ("compiled", True)):
-        cfg = tiny_run(tmp_path / name, arch, attention_entropy_weight=0.1, compile=compile_step, log_every=1)
+        cfg = tiny_run(tmp_path / name, arch, attention_entropy_weight=0.1, compile=compile_step, log_every=1,
+                       max_steps=3)
         cfg.data.guided_alignment, cfg.data.fixed_shapes = str(links), True
+        cfg.model.layers = 1  # tracing and differentiating a graph of dynamic shapes is what costs here
         train(cfg, quiet=True)
         losses[name] = _losses(tmp_path / name)
-    assert len(losses["compiled"]) == 4
+    assert len(losses["compiled"]) == 3
     assert losses["compiled"] == pytest.approx(losses["eager"], rel=1e-4)
 
 

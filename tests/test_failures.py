@@ -136,6 +136,56 @@ def test_a_full_disk_while_training_names_what_survived(tmp_path, monkeypatch, c
     assert not [p for p in run.iterdir() if p.name.endswith(".tmp")]
 
 
+def test_a_full_disk_at_the_first_last_pt_keeps_best_pt_and_says_so_truthfully(tmp_path, monkeypatch, capsys):
+    """Issue 49: validation writes best.pt, then the first last.pt fills the disk. The run directory and
+    best.pt stay (the clean-up of a failed start once removed them both, after the message had called
+    best.pt intact), the message says there is nothing to resume from, and a new run into the same
+    directory is refused rather than overwriting best.pt."""
+    real = checkpoint_file.atomic_output
+
+    @contextmanager
+    def filling(path, mode="w"):
+        with real(path, mode) as handle:
+            if Path(path).name == "last.pt":
+                handle.write(b"half a checkpoint")
+                no_space()
+            yield handle
+
+    monkeypatch.setattr(checkpoint_file, "atomic_output", filling)
+    run = tmp_path / "run"
+    code = main(tiny_train(tmp_path, "--max-steps", "60", "--eval-every", "20", "--output-dir", str(run)))
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert load_checkpoint(run / "best.pt")["progress"]["step"] == 20
+    assert f"error: no space left on device writing {run / 'last.pt'}; nothing was written to {run / 'last.pt'}; " \
+           f"{run / 'best.pt'} (step 20) is intact; there is no last.pt to resume from" in err
+    assert not (run / "last.pt").exists() and not [p for p in run.iterdir() if p.name.endswith(".tmp")]
+    monkeypatch.setattr(checkpoint_file, "atomic_output", real)
+    assert main(tiny_train(tmp_path, "--max-steps", "2", "--output-dir", str(run))) == 2
+    assert "holds checkpoints of an earlier run" in capsys.readouterr().err
+    assert load_checkpoint(run / "best.pt")["progress"]["step"] == 20
+
+
+def test_a_message_calls_intact_only_what_loads(tmp_path, monkeypatch, capsys):
+    """A best.pt that no longer loads (truncated behind the run's back) is not called intact."""
+    real = checkpoint_file.atomic_output
+    run = tmp_path / "run"
+
+    @contextmanager
+    def filling(path, mode="w"):
+        with real(path, mode) as handle:
+            if Path(path).name == "last.pt" and (run / "last.pt").exists():
+                (run / "best.pt").write_bytes(b"truncated")
+                no_space()
+            yield handle
+
+    monkeypatch.setattr(checkpoint_file, "atomic_output", filling)
+    code = main(tiny_train(tmp_path, "--max-steps", "60", "--eval-every", "20", "--output-dir", str(run)))
+    err = capsys.readouterr().err
+    assert code == 1 and f"the earlier {run / 'last.pt'} is intact" in err and "best.pt (step" not in err
+    assert f"continue with seq2seq train --output-dir {run} --resume" in err
+
+
 # ----------------------------------------------------------------------------- a run that fails before it starts
 
 

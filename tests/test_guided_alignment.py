@@ -318,6 +318,11 @@ def test_eflomal_alignments_are_computed_once_and_cached(tmp_path):
     assert links.stat().st_mtime_ns == written  # reused, not recomputed
     saved = load_checkpoint(tmp_path / "b" / "last.pt")["config"]
     assert saved["data"]["guided_alignment"] == "eflomal" and saved["train"]["guided_heads"] == [0]
+    links.write_text("".join(links.read_text(encoding="utf-8").splitlines(keepends=True)[:120]), encoding="utf-8")
+    code, _, err = run_main(run + ["--output-dir", str(tmp_path / "c")])  # a truncated cache heals
+    assert code == 0, err
+    assert "cached eflomal alignments are damaged (120 lines for 200 training pairs)" in err
+    assert len(links.read_text(encoding="utf-8").splitlines()) == 200
 
 
 @pytest.mark.slow  # torchrun: two training processes

@@ -42,6 +42,24 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
         handle.write(buffer.getbuffer())
 
 
+def checkpoint_step(path: str | Path) -> int | None:
+    """The training step a checkpoint file holds, read back from the file; None when it is missing or
+    cannot be loaded. What a message may call intact is what this reads."""
+    if not Path(path).is_file():
+        return None
+    try:
+        return int((load_checkpoint(path).get("progress") or {}).get("step", -1))
+    except UserError:
+        return None
+
+
+def holds_checkpoints(run_dir: str | Path) -> bool:
+    """Whether a run directory holds any checkpoint (``best.pt``, ``last.pt`` or a kept snapshot):
+    something of value that no clean-up may remove."""
+    run_dir = Path(run_dir)
+    return any((run_dir / name).exists() for name in (BEST, LAST)) or any(run_dir.glob("checkpoints/*.pt"))
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Load a checkpoint (a .pt file, a run directory: its best.pt, else last.pt, or an exported
     safetensors directory) safely; any problem becomes a UserError naming the file."""

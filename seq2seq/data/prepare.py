@@ -59,6 +59,18 @@ def _load_cached(path: Path) -> DatasetDict:
     return DatasetDict({**{split: _empty_encoded() for split in SPLITS}, **dd})
 
 
+def _load_checked(path: Path) -> DatasetDict:
+    """``_load_cached``, checked against the cache's manifest (``seq2seq.json``: the rows of every split),
+    so that a truncated or half-written cache fails here (Arrow reads each file's footer when it maps it),
+    not in the middle of a run."""
+    expected = json.loads((path / "seq2seq.json").read_text(encoding="utf-8"))["rows"]
+    dd = _load_cached(path)
+    for split, rows in expected.items():
+        if len(dd[split]) != rows:
+            raise ValueError(f"{split} has {len(dd[split])} rows, the manifest says {rows}")
+    return dd
+
+
 def cache_key(cfg: DataConfig, tokenizer: Tokenizer) -> str:
     """Fingerprint of (corpus source, cleaning settings, tokenizer model bytes, encoding version, and the
     content of the guided alignment file, if any)."""
@@ -84,8 +96,14 @@ def prepare_corpus(
     cache_dir = Path(cache_dir)
     target = cache_dir / f"corpus-{cache_key(cfg, tokenizer)}"
     if target.is_dir():
-        log.info("data: reusing encoded corpus %s", target)
-        return _load_cached(target)
+        try:
+            cached = _load_checked(target)
+            log.info("data: reusing encoded corpus %s", target)
+            return cached
+        except Exception as exc:  # noqa: BLE001 - whatever the Arrow / JSON readers raise on a damaged cache
+            log.warning("data: the encoded corpus cache %s is damaged (%s: %s); rebuilding it", target,
+                        type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
+            shutil.rmtree(target, ignore_errors=True)
     if corpus is None:
         corpus, stats = load_clean_corpus(cfg)
     encoded = encode_corpus(corpus, tokenizer, cfg.num_proc)

@@ -182,6 +182,13 @@ def _with_computed_alignments(given: DataConfig, data: DataConfig) -> DataConfig
     """``data`` (``given`` with its alignment file), after computing that file with eflomal on the raw
     training pairs if ``given`` asks for it and the cache has none (rank 0 only: ``main_first``)."""
     path = Path(data.guided_alignment or "")
+    if given.guided_alignment == EFLOMAL and path.is_file():
+        text = path.read_bytes()
+        lines, pairs = text.count(b"\n"), len(load_corpus(given)["train"])
+        if lines != pairs or pairs and not text.endswith(b"\n"):  # truncated or half-written
+            log("warning", message=f"{path}: the cached eflomal alignments are damaged ({lines} lines for {pairs} "
+                                   "training pairs); computing them again")
+            path.unlink()
     if given.guided_alignment == EFLOMAL and not path.is_file():
         from ..alignment.eflomal import eflomal_links
 

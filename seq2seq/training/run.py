@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint.file import load_checkpoint
+from ..checkpoint.file import holds_checkpoints, load_checkpoint
 from ..checkpoint.loaded import LoadedCheckpoint
 from ..config import RESUME_FIELDS, RunConfig
 from ..decoding.translator import Translator
-from ..errors import UserError
+from ..errors import OutputError, UserError
 from ..io_utils import make_directory
 from ..metrics import corpus_scores
 from ..tokenizer import Tokenizer
@@ -70,6 +70,10 @@ def _train(cfg: RunConfig, resume: bool, quiet: bool, final_test: bool) -> Train
     elif (out / "last.pt").exists():
         raise UserError(f"{out} already holds a run (last.pt); pass --resume to continue it "
                         "or choose another --output-dir")
+    elif holds_checkpoints(out):  # best.pt or kept snapshots of a run that could not write last.pt
+        raise UserError(f"{out} holds checkpoints of an earlier run (best.pt or checkpoints/) but no last.pt to "
+                        "resume from; choose another --output-dir, or move them away first (a new run would "
+                        "overwrite them)")
     cfg.model.validate()
     set_threads(cfg.train.threads)
     allow_tf32(cfg.train.tf32)
@@ -103,7 +107,8 @@ def _train(cfg: RunConfig, resume: bool, quiet: bool, final_test: bool) -> Train
             output_dir=out, **ranks)
         progress = trainer.fit()
     except BaseException:
-        if created and distributed.is_main() and not (out / "last.pt").exists():
+        # a failed start removes the directory it created, unless something of value is in it by now
+        if created and distributed.is_main() and not holds_checkpoints(out):
             shutil.rmtree(out, ignore_errors=True)
         raise
     result = TrainResult(out, out / "best.pt", out / "last.pt", progress,
@@ -115,7 +120,10 @@ def _train(cfg: RunConfig, resume: bool, quiet: bool, final_test: bool) -> Train
         return result
     if final_test and progress.stopped != "interrupted" and len(corpus.splits.get("test", [])):
         result.test_scores = test_best_checkpoint(trainer, out)
-    write_summary(result)
+    try:
+        write_summary(result)
+    except OutputError as exc:  # the checkpoints are written: say so, and how to finish
+        raise OutputError(f"{exc}{trainer.what_survived()}") from None
     return result
 
 
@@ -164,7 +172,7 @@ def _write_shortlist(corpus, out: Path, quiet: bool) -> None:
     try:
         shortlist.build_for_run(corpus.columns["train"], corpus.tokenizer, path)
     except UserError as exc:  # an optional decoding aid: never the reason a training run fails
-        log("shortlist", quiet=quiet, skipped=str(exc))
+        log("warning", message=f"shortlist not written (seq2seq shortlist builds it later): {exc}")
         return
     log("shortlist", quiet=quiet, path=path, seconds=round(time.perf_counter() - start, 1))
 

@@ -38,7 +38,7 @@ from typing import Any, Iterator
 
 import torch
 
-from ..checkpoint.file import load_checkpoint, save_checkpoint
+from ..checkpoint.file import checkpoint_step, load_checkpoint, save_checkpoint
 from ..checkpoint.parts import bytes_to_tensor
 from ..checkpoint.kept import KeptCheckpoints
 from ..config import RunConfig
@@ -127,6 +127,7 @@ class Trainer:
         self.kept = KeptCheckpoints(self.out, cfg.train.keep_last, cfg.train.keep_best)
         self.tensorboard = TensorBoardLog(cfg.train.tensorboard, enabled=self.main)
         self._saved_at, self._saved_step = time.time(), -1  # the last write of last.pt
+        self._writing: str | None = None  # the checkpoint being written, while it is
         self._validated_step, self._validated_slot = -1, 0  # the step and clock slot of the last validation
         autocast(self.device, self.precision)  # validate --precision early
         self.ddp = distributed.wrap_model(self.model, self.device)  # the model itself in one process
@@ -155,22 +156,25 @@ class Trainer:
         if not self.main:
             return None
         path = self.out / name
-        try:
-            save_checkpoint(path, self.state(rng_ranks))
-        except OutputError as exc:
-            raise OutputError(f"{exc}{self._what_survived(name)}") from None
+        self._writing = name  # a failure names what survived besides it (``fit``)
+        save_checkpoint(path, self.state(rng_ranks))
+        self._writing = None
         return path
 
-    def _what_survived(self, failed: str) -> str:
-        """The checkpoints a failed write of ``failed`` left intact, and how to go on."""
-        intact = []
-        if failed != "best.pt" and (self.out / "best.pt").exists():
-            intact.append(f"{self.out / 'best.pt'} (step {self.progress.best_step}) is intact")
-        if failed != "last.pt" and (self.out / "last.pt").exists():
-            step = f"step {self._saved_step}" if self._saved_step >= 0 else "an earlier step"
-            intact.append(f"{self.out / 'last.pt'} ({step}) is intact")
-        go_on = ("fix that and continue with seq2seq train --output-dir "
-                 f"{self.out} --resume" if (self.out / "last.pt").exists() else "fix that and start the run again")
+    def what_survived(self, failed: str | None = None) -> str:
+        """"; ..." naming the checkpoints intact after a failed write (of checkpoint ``failed``, or of
+        another file), each read back from its file so that a message never promises one that is gone
+        or unreadable, and how to go on."""
+        steps = {name: checkpoint_step(self.out / name) for name in ("best.pt", "last.pt")}
+        intact = [f"{self.out / name} (step {step}) is intact" for name, step in steps.items()
+                  if name != failed and step is not None]
+        if steps["last.pt"] is not None:
+            go_on = f"fix that and continue with seq2seq train --output-dir {self.out} --resume"
+        elif steps["best.pt"] is not None:
+            go_on = (f"there is no last.pt to resume from: fix that, keep {self.out / 'best.pt'} (translate with it, "
+                     "or copy it away) and start the run again with another --output-dir")
+        else:
+            go_on = "fix that and start the run again"
         return "".join(f"; {s}" for s in intact + [go_on])
 
     def _save_last(self) -> None:
@@ -226,22 +230,33 @@ class Trainer:
 
     # ----------------------------------------------------------------- loop
     def fit(self) -> Progress:
+        """Train until a stop. A write the disk refuses (any file: checkpoints, kept snapshots, metrics,
+        TensorBoard events) ends the run with that error and what survived it, checked (``what_survived``)."""
         bar = self._progress_bar()
         session_start = time.time() - self.progress.elapsed
         try:
-            with self._stop_requests:
-                self._run_epochs(bar, session_start)
-        except KeyboardInterrupt:
-            self.progress.stopped = "interrupted"  # checkpoint = state after the last completed step
-            log("interrupted", step=self.progress.step, checkpoint=self.out / "last.pt")
-        finally:
-            bar.close()
-        self._final_checkpoints()
+            try:
+                with self._stop_requests:
+                    self._run_epochs(bar, session_start)
+            except KeyboardInterrupt:
+                self.progress.stopped = "interrupted"  # checkpoint = state after the last completed step
+                log("interrupted", step=self.progress.step, checkpoint=self.out / "last.pt")
+            finally:
+                bar.close()
+            self._final_checkpoints()
+        except OutputError as exc:
+            raise OutputError(f"{exc}{self.what_survived(self._writing)}") from None
         self.tensorboard.close()
         return self.progress
 
     def _run_epochs(self, bar, session_start: float) -> None:
-        """Epochs until a stop: limits, early stopping, or a stop request agreed by all ranks."""
+        """Epochs until a stop: limits, early stopping, or a stop request agreed by all ranks. A resumed
+        run that already reached its step or epoch limit takes no further step."""
+        p, tc = self.progress, self.cfg.train
+        if tc.max_steps and p.step >= tc.max_steps:
+            p.stopped = "max_steps"
+        elif tc.max_epochs and p.epoch >= tc.max_epochs:
+            p.stopped = "max_epochs"
         while not self.progress.stopped:
             first_step, whole_epoch = self.progress.step, self.progress.batch_in_epoch == 0
             self._skipped_in_epoch = 0
