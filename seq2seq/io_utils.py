@@ -84,9 +84,14 @@ def atomic_output(path: str | Path | None, mode: str = "w") -> Iterator[IO]:
     try:
         os.fchmod(fd, 0o666 & ~current_umask())  # what open(path, "w") gives, not mkstemp's 0600
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
+            _name_write_errors(handle, tmp)
             yield handle
-            handle.flush()
-            os.fsync(handle.fileno())  # the data is on the disk before the name points at it
+            try:
+                handle.flush()
+                os.fsync(handle.fileno())  # the data is on the disk before the name points at it
+            except OSError as exc:
+                exc.filename = exc.filename or tmp
+                raise
         os.replace(tmp, path)
         sync_directory(path.parent)
     except OSError as exc:
@@ -96,6 +101,23 @@ def atomic_output(path: str | Path | None, mode: str = "w") -> Iterator[IO]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _name_write_errors(handle: IO, tmp: str) -> None:
+    """Make an ``OSError`` from writing to ``handle`` carry ``tmp`` as its file name, so that when
+    atomic writes are nested (a job writing several outputs at once) the one whose write failed claims
+    the error, not the innermost."""
+    for name in ("write", "writelines"):
+        method = getattr(handle, name)
+
+        def named(data, _method=method):
+            try:
+                return _method(data)
+            except OSError as exc:
+                exc.filename = exc.filename or tmp
+                raise
+
+        setattr(handle, name, named)
 
 
 def sync_directory(directory: Path) -> None:
@@ -174,7 +196,12 @@ def atomic_directory(path: str | Path, force: bool = False, flag: str = "OUT") -
             os.replace(tmp, path)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise output_error(exc, f"writing {path}", f"nothing was written to {path}") or exc from None
+        raise output_error(exc, f"writing {path}", _what_survived(path)) or exc from None
+    except OutputError as exc:  # a file inside: named by the directory's final path, not the temp one
+        shutil.rmtree(tmp, ignore_errors=True)
+        reason = str(exc).split(f" writing {tmp}")[0]
+        inside = str(exc).split(f" writing {tmp}")[1].split(";")[0] if f" writing {tmp}" in str(exc) else ""
+        raise OutputError(f"{reason} writing {path}{inside}; {_what_survived(path)}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

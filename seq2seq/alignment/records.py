@@ -71,7 +71,7 @@ import numpy as np
 
 from ..config import AlignConfig
 from ..errors import UserError
-from ..io_utils import temp_path_beside
+from ..io_utils import output_error, sync_directory, temp_path_beside
 from .matrices import (EOS, Heads, aggregate, as_array, drop_eos, merge_to_words, resolve_layer, strip_eos,
                        words_from_pieces)
 from .links import extract_links, to_pharaoh
@@ -257,6 +257,12 @@ class AlignmentWriter:
             raise ValueError(f"sentence index {record.index} written twice")
         self._seen.add(record.index)
         self._indices.append(record.index)
+        try:
+            self._write(record)
+        except OSError as exc:  # nothing is published: ``_close`` removes both temp files
+            raise output_error(exc, f"writing {self.jsonl_path}", "nothing was published") or exc from None
+
+    def _write(self, record: AlignmentRecord) -> None:
         self._jsonl.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
         if self._zip is not None:
             key = f"s{record.index}"
@@ -287,13 +293,29 @@ class AlignmentWriter:
             self._close(publish=ok)
 
     def _close(self, publish: bool) -> None:
-        """Close both files; rename them into place (publish) or delete them."""
-        self._jsonl.close()
-        if self._zip is not None:
-            self._zip.close()
-        for tmp, final in ((self._jsonl_tmp, self.jsonl_path), (self._npz_tmp, self.npz_path)):
-            if tmp is not None and publish:
-                os.replace(tmp, final)
-            elif tmp is not None:
-                tmp.unlink(missing_ok=True)
-        self._jsonl = self._zip = self._jsonl_tmp = self._npz_tmp = None
+        """Close both files; flush them to the disk and rename them into place (publish), or delete
+        them. A refusal of the disk (while writing, flushing or renaming) is an ``OutputError`` naming
+        the final file, and no temp file is left. The NPZ is renamed first and the JSONL last: a failure
+        between the two leaves the new NPZ beside the earlier JSONL, and the message says to run the
+        command again."""
+        pairs = [(tmp, final) for tmp, final in ((self._npz_tmp, self.npz_path), (self._jsonl_tmp, self.jsonl_path))
+                 if tmp is not None]
+        final = pairs[0][1]
+        try:
+            self._jsonl.close()
+            if self._zip is not None:
+                self._zip.close()
+            if publish:
+                for tmp, final in pairs:
+                    with open(tmp, "rb+") as handle:
+                        os.fsync(handle.fileno())
+                for tmp, final in pairs:
+                    os.replace(tmp, final)
+                sync_directory(self.jsonl_path.parent)
+        except OSError as exc:
+            raise output_error(exc, f"writing {final}", "the alignments were not (all) published; run the "
+                                    "command again") or exc from None
+        finally:
+            for tmp, _ in pairs:
+                tmp.unlink(missing_ok=True)  # gone after a rename; a temp file of a failed write
+            self._jsonl = self._zip = self._jsonl_tmp = self._npz_tmp = None
