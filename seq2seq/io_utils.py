@@ -199,9 +199,11 @@ def atomic_directory(path: str | Path, force: bool = False, flag: str = "OUT") -
         raise output_error(exc, f"writing {path}", _what_survived(path)) or exc from None
     except OutputError as exc:  # a file inside: named by the directory's final path, not the temp one
         shutil.rmtree(tmp, ignore_errors=True)
-        reason = str(exc).split(f" writing {tmp}")[0]
-        inside = str(exc).split(f" writing {tmp}")[1].split(";")[0] if f" writing {tmp}" in str(exc) else ""
-        raise OutputError(f"{reason} writing {path}{inside}; {_what_survived(path)}") from None
+        marker = f" writing {tmp}"
+        if marker not in str(exc):
+            raise
+        reason, rest = str(exc).split(marker, 1)
+        raise OutputError(f"{reason} writing {path}{rest.split(';')[0]}; {_what_survived(path)}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
