@@ -265,7 +265,8 @@ DEVICE_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
 DEVICE_REASONS = {
     "cpu": {"precision": "IEEE fp32: bf16 is opt-in on CPUs, where it changes results and is slow without "
                          "AVX512-BF16 / AMX",
-            "tf32": "CUDA only"},
+            "tf32": "CUDA only",
+            "compile": "minutes of compiling on a CPU, and no gain recorded there"},
     "cuda": {"max_tokens": "GPU-sized batches: at CPU sizes a step is bound by kernel launches",
              "precision": "Transformer: bf16 autocast where the GPU has bf16 tensor cores (auto), else fp32; "
                           "RNN: fp32 (TF32), faster than bf16 for cuDNN's recurrences",
@@ -289,7 +290,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "rnn-bahdanau": {"model": {"arch": "rnn", "attention": "bahdanau"}, "train": {"lr": 2e-3}},
     "rnn-luong": {"model": {"arch": "rnn", "attention": "luong-general"}},
     "transformer": {"model": {"arch": "transformer"}, "train": {"warmup_steps": 200}},
-    # Vaswani et al. 2017's base model (6+6 layers, d512, 8 heads, FF 2048, ~44 M parameters with an 8k
+    # Vaswani et al. 2017's base model (6+6 layers, d512, 8 heads, FF 2048, 48 M parameters with an 8k
     # vocabulary) for corpora larger than Multi30k; docs/guides/training.md gives its cost per device
     # the transformer preset for budgets of many epochs (a GPU trains Multi30k's in seconds): more dropout
     # and a higher peak rate; the winner of a validation search on one GPU (docs/benchmarks.md)
@@ -586,7 +587,7 @@ SYMMETRIZATIONS = ("grow-diag-final-and", "grow-diag-final", "intersection", "fo
 #: What ``--resume`` may change (the ``train`` fields): the stopping limits and validation rhythm, and
 #: where the run computes. Everything else is the run's own, read back from its checkpoint.
 LIMIT_FIELDS = ("max_steps", "max_epochs", "max_minutes", "patience", "eval_every", "eval_every_minutes")
-RESUME_FIELDS = LIMIT_FIELDS + ("device", "threads", "tf32")
+RESUME_FIELDS = LIMIT_FIELDS + ("device", "threads", "tf32", "compile")  # compile: how, not what, it computes
 
 
 def config_to_yaml(cfg: RunConfig, header: str = "") -> str:

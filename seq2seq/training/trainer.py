@@ -14,7 +14,7 @@ resume; Ctrl-C leaves a resumable checkpoint.
 Resume semantics: ``--resume`` reloads ``last.pt`` of the output directory and continues from the
 step after it with the same model, optimizer, schedule, RNG states, epoch and position inside the
 epoch, so an interrupted run ends with the same weights as an uninterrupted one. The fields a
-resume may change (``config.RESUME_FIELDS``: the stopping limits, the validation rhythm, the device)
+resume may change (``config.RESUME_FIELDS``: the stopping limits, the validation rhythm, the device, compile)
 come from the config passed to ``train`` (``seq2seq train --resume`` passes the run's own, changed
 only by flags given explicitly); everything else comes from the checkpoint. ``max_minutes`` counts
 the wall-clock time of all sessions of the run together.
