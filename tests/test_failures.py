@@ -32,6 +32,23 @@ def no_space(*_args) -> None:
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
+def fill_disk_when(monkeypatch, condition) -> None:
+    """Checkpoints are written through ``atomic_output``: a checkpoint write for which ``condition(name,
+    names written so far)`` holds writes half its data, then finds the disk full."""
+    real, writes = checkpoint_file.atomic_output, []
+
+    @contextmanager
+    def filling(path, mode="w"):
+        with real(path, mode) as handle:
+            writes.append(Path(path).name)
+            if condition(Path(path).name, writes):
+                handle.write(b"half a checkpoint")
+                no_space()
+            yield handle
+
+    monkeypatch.setattr(checkpoint_file, "atomic_output", filling)
+
+
 # ----------------------------------------------------------------------------- the writers
 
 
@@ -111,19 +128,7 @@ def test_train_into_a_read_only_folder(tmp_path, monkeypatch, capsys):
 def test_a_full_disk_while_training_names_what_survived(tmp_path, monkeypatch, capsys):
     """The second write of last.pt fails partway; best.pt and the first last.pt are intact and the
     message says how to go on."""
-    real = checkpoint_file.atomic_output
-    writes = []
-
-    @contextmanager
-    def filling(path, mode="w"):
-        with real(path, mode) as handle:
-            writes.append(Path(path).name)
-            if writes.count("last.pt") == 2 and Path(path).name == "last.pt":
-                handle.write(b"half a checkpoint")
-                no_space()
-            yield handle
-
-    monkeypatch.setattr(checkpoint_file, "atomic_output", filling)
+    fill_disk_when(monkeypatch, lambda name, writes: name == "last.pt" and writes.count("last.pt") == 2)
     run = tmp_path / "run"
     code = main(tiny_train(tmp_path, "--max-steps", "60", "--eval-every", "20", "--output-dir", str(run)))
     err = capsys.readouterr().err
@@ -142,16 +147,7 @@ def test_a_full_disk_at_the_first_last_pt_keeps_best_pt_and_says_so_truthfully(t
     best.pt intact), the message says there is nothing to resume from, and a new run into the same
     directory is refused rather than overwriting best.pt."""
     real = checkpoint_file.atomic_output
-
-    @contextmanager
-    def filling(path, mode="w"):
-        with real(path, mode) as handle:
-            if Path(path).name == "last.pt":
-                handle.write(b"half a checkpoint")
-                no_space()
-            yield handle
-
-    monkeypatch.setattr(checkpoint_file, "atomic_output", filling)
+    fill_disk_when(monkeypatch, lambda name, writes: name == "last.pt")
     run = tmp_path / "run"
     code = main(tiny_train(tmp_path, "--max-steps", "60", "--eval-every", "20", "--output-dir", str(run)))
     err = capsys.readouterr().err
@@ -168,18 +164,15 @@ def test_a_full_disk_at_the_first_last_pt_keeps_best_pt_and_says_so_truthfully(t
 
 def test_a_message_calls_intact_only_what_loads(tmp_path, monkeypatch, capsys):
     """A best.pt that no longer loads (truncated behind the run's back) is not called intact."""
-    real = checkpoint_file.atomic_output
     run = tmp_path / "run"
 
-    @contextmanager
-    def filling(path, mode="w"):
-        with real(path, mode) as handle:
-            if Path(path).name == "last.pt" and (run / "last.pt").exists():
-                (run / "best.pt").write_bytes(b"truncated")
-                no_space()
-            yield handle
+    def second_last_pt_after_truncating_best(name: str, writes: list[str]) -> bool:
+        if name == "last.pt" and (run / "last.pt").exists():
+            (run / "best.pt").write_bytes(b"truncated")
+            return True
+        return False
 
-    monkeypatch.setattr(checkpoint_file, "atomic_output", filling)
+    fill_disk_when(monkeypatch, second_last_pt_after_truncating_best)
     code = main(tiny_train(tmp_path, "--max-steps", "60", "--eval-every", "20", "--output-dir", str(run)))
     err = capsys.readouterr().err
     assert code == 1 and f"the earlier {run / 'last.pt'} is intact" in err and "best.pt (step" not in err
