@@ -56,6 +56,7 @@ import torch
 from bench import matmul_peak
 from common import ROOT, add_multi30k_flags, copy_tokenizer, provenance, step_flops_per_target_token, write_record
 from seq2seq.io_utils import markdown_table
+from seq2seq.runtime import synchronize
 
 PRESETS = {"transformer": "transformer", "rnn": "rnn-bahdanau"}
 #: (arch, precision, max_tokens, compiled); "tf32" is fp32 with TF32 matrix products
@@ -132,11 +133,6 @@ def endless_batches(corpus, device: torch.device):
     for epoch in itertools.count():
         batches = corpus.train_batches(epoch)
         yield from prefetch(batches, Batch.pin_memory) if device.type == "cuda" else batches
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def count_launches(trainer, batches, steps: int = 3) -> float | None:
@@ -226,12 +222,16 @@ def measure_config(args, record: dict, config: tuple, shared) -> dict:
     return entry
 
 
-def part_throughput(args, record: dict) -> None:
+def shared_corpus(args):
+    """The Multi30k corpus with the one tokenizer every configuration and run shares (``WORK/tokenizer``)."""
     from seq2seq.training.corpus import prepare_run_corpus
 
     home = args.work / "tokenizer"
-    cfg = base_config(args, "transformer", "fp32", 3000, False, home)
-    corpus = prepare_run_corpus(cfg, home, quiet=True)  # the tokenizer (spm.model) every run shares
+    return prepare_run_corpus(base_config(args, "transformer", "fp32", 3000, False, home), home, quiet=True)
+
+
+def part_throughput(args, record: dict) -> None:
+    corpus = shared_corpus(args)
     shared = (corpus.tokenizer, corpus.splits)
     results = record.setdefault("throughput", {})
     for config in configs(args):
@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     if "throughput" in args.parts:
         part_throughput(args, record)
     if not (args.work / "tokenizer" / "spm.model").is_file():
-        part_throughput_tokenizer_only(args)
+        shared_corpus(args)  # the time-to-BLEU runs copy its tokenizer
     for label in ("bleu", "cpu-recipe"):
         if label not in args.parts:
             continue
@@ -434,14 +434,6 @@ def main(argv: list[str] | None = None) -> int:
     save(record, args)
     print(table(record))
     return int(status)
-
-
-def part_throughput_tokenizer_only(args) -> None:
-    """The shared tokenizer without the throughput part (``bleu`` alone)."""
-    from seq2seq.training.corpus import prepare_run_corpus
-
-    home = args.work / "tokenizer"
-    prepare_run_corpus(base_config(args, "transformer", "fp32", 3000, False, home), home, quiet=True)
 
 
 if __name__ == "__main__":

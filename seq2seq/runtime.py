@@ -178,6 +178,7 @@ class JsonlLog:
         self.path = path
         self.enabled = enabled  # False on the secondary ranks of a distributed run
         self.start = time.time()
+        self._whole = False  # the file is known to end with a whole line (checked at the first write)
 
     def write(self, record: dict[str, Any]) -> None:
         """Append ``record`` as one line. A refusal of the disk is an ``OutputError`` naming the file
@@ -188,10 +189,13 @@ class JsonlLog:
         from .io_utils import output_error
 
         try:
-            self._cut_partial_line()
+            if not self._whole:  # an earlier process may have failed mid-line; this one raises if it does
+                self._cut_partial_line()
+                self._whole = True
             with open(self.path, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(record, ensure_ascii=False) + "\n")
         except OSError as exc:
+            self._whole = False  # the failed write may have left half a line
             raise output_error(exc, f"appending to {self.path}", "the lines before are intact") or exc from None
 
     def _cut_partial_line(self) -> None:

@@ -15,6 +15,7 @@ The training process reads the cached corpus memory-mapped: only the token-id co
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
@@ -180,16 +181,20 @@ def alignment_file(data: DataConfig) -> Path:
 
 def _with_computed_alignments(given: DataConfig, data: DataConfig) -> DataConfig:
     """``data`` (``given`` with its alignment file), after computing that file with eflomal on the raw
-    training pairs if ``given`` asks for it and the cache has none (rank 0 only: ``main_first``)."""
-    path = Path(data.guided_alignment or "")
-    if given.guided_alignment == EFLOMAL and path.is_file():
-        text = path.read_bytes()
-        lines, pairs = text.count(b"\n"), len(load_corpus(given)["train"])
+    training pairs if ``given`` asks for it and the cache has none, or a damaged one: a file whose lines
+    are not the count its manifest recorded (rank 0 only: ``main_first``)."""
+    if given.guided_alignment != EFLOMAL:
+        return data
+    path = Path(data.guided_alignment)
+    manifest = path.with_suffix(".json")  # {"lines": training pairs}, written after the links
+    if path.is_file() and manifest.is_file():
+        text, pairs = path.read_bytes(), json.loads(manifest.read_text(encoding="utf-8"))["lines"]
+        lines = text.count(b"\n")
         if lines != pairs or pairs and not text.endswith(b"\n"):  # truncated or half-written
             log("warning", message=f"{path}: the cached eflomal alignments are damaged ({lines} lines for {pairs} "
                                    "training pairs); computing them again")
             path.unlink()
-    if given.guided_alignment == EFLOMAL and not path.is_file():
+    if not path.is_file():
         from ..alignment.eflomal import eflomal_links
 
         train = load_corpus(given)["train"]  # line N of the file = raw training pair N, as for a given file
@@ -198,6 +203,8 @@ def _with_computed_alignments(given: DataConfig, data: DataConfig) -> DataConfig
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_output(path) as out:
             out.writelines(to_pharaoh(pair) + "\n" for pair in links)
+        with atomic_output(manifest) as out:
+            out.write(json.dumps({"lines": len(links)}) + "\n")
     return data
 
 
