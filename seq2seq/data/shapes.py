@@ -34,7 +34,7 @@ FINEST_STEP = 8
 def bucket_lengths(costs: np.ndarray) -> np.ndarray:
     """L(c) for an array of pair costs (>= 1)."""
     costs = np.maximum(np.asarray(costs, dtype=np.int64), 1)
-    steps = np.left_shift(1, np.maximum(np.floor(np.log2(costs)).astype(np.int64) - 3, 3))  # >= FINEST_STEP
+    steps = np.maximum(FINEST_STEP, np.left_shift(1, np.maximum(np.floor(np.log2(costs)).astype(np.int64) - 3, 0)))
     return -(-costs // steps) * steps
 
 
