@@ -13,6 +13,7 @@
 3. Record sentences/s, target subwords/s (output subwords + EOS), ms per target subword, BLEU and
    chrF (sacreBLEU) of each, the share of outputs identical to ours in fp32 in the same mode, and the
    warm-up (the first 8 sentences; for the compiled engine its compilation); ``--out`` (JSON + md).
+   ``--modes`` measures only some of the four modes.
 4. The memory-bandwidth floor of one decoding step: the decoder's and output layer's fp32 bytes
    over the read bandwidth measured here for a buffer of that size (cache-resident when it fits)
    and for one of 256 MB (main memory).
@@ -138,7 +139,8 @@ def run(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         ct2_dir = Path(tmp) / "ct2"
         export(args.checkpoint, ct2_dir)
-        for mode, (beam, batch) in MODES.items():
+        for mode in args.modes:
+            beam, batch = MODES[mode]
             count = args.batch1_sentences if batch == 1 else len(sources)
             source_file = Path(tmp) / f"sources-{count}.json"
             source_file.write_text(json.dumps(sources[:count]), encoding="utf-8")
@@ -211,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences", type=int, default=0, help="decode the first N test sentences (0 = all)")
     parser.add_argument("--batch1-sentences", type=int, default=250, help="sentences decoded one at a time")
     parser.add_argument("--threads", type=int, default=0, help="threads for both engines (0 = every core)")
+    parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES), metavar="MODE",
+                        help=f"the modes to measure (default: all of {', '.join(map(repr, MODES))})")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "ctranslate2.json")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # one engine, precision and mode (``worker``)
     args = parser.parse_args(argv)

@@ -13,6 +13,49 @@ from seq2seq.toy import toy_corpus
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the benchmark scripts
 
+import run_shared  # noqa: E402  (tests/ is on sys.path: pytest's rootdir-relative conftest import)
+
+# Subprocesses of a test (training, serving, benchmarks) use one thread like the tests themselves:
+# with a worker per core (pytest -n auto) more threads only fight each other for the cores.
+os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+
+
+def pytest_configure(config):
+    """One directory per run, shared by the xdist workers and every subprocess (tests/run_shared.py):
+    built-once fixtures, this run's torch.compile cache, the machine lock. Made by the first process
+    (the controller, or a lone pytest), which removes it at the end; a nested pytest reuses it."""
+    if os.environ.get(run_shared.RUN_DIR_ENV) is None:
+        config._seq2seq_run_dir = run_shared.make_run_dir()
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(run_shared.run_dir() / "inductor")
+
+
+def pytest_unconfigure(config):
+    made = getattr(config, "_seq2seq_run_dir", None)
+    if made is not None:
+        import shutil
+
+        shutil.rmtree(made, ignore_errors=True)
+        del os.environ[run_shared.RUN_DIR_ENV]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With several workers, a test marked ``serial`` runs while no other test does."""
+    workers = getattr(item.config, "workerinput", {}).get("workercount", 1)  # a nested pytest has none
+    if workers < 2:
+        yield
+        return
+    with run_shared.machine_share(alone=item.get_closest_marker("serial") is not None):
+        yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _built_fixtures_stay_unchanged():
+    """A test that writes into a shared built fixture fails the run (copy it first)."""
+    yield
+    changed = run_shared.changed_artifacts()
+    assert not changed, f"tests modified these shared fixtures (copy one before writing into it): {changed}"
+
 TINY_TEXTS = [
     "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
     "Two young, white males are outside near many bushes.",

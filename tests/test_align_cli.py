@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import run_shared
 import torch
 
 from seq2seq.cli import align
@@ -25,9 +26,14 @@ SOURCES = ["twenty-one", "three hundred and five", "", "seven thousand and twelv
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
-    """A tiny 2-layer, 2-head Transformer trained for a few steps on the toy corpus."""
-    out = tmp_path_factory.mktemp("align") / "run"
+def checkpoint() -> Path:
+    """A tiny 2-layer, 2-head Transformer trained for a few steps on the toy corpus (once per test
+    run: test_serve and test_viewer use it too)."""
+    return run_shared.built_once("align-cli-transformer", _train_checkpoint) / "run" / "best.pt"
+
+
+def _train_checkpoint(directory: Path) -> None:
+    out = directory / "run"
     cfg = RunConfig.from_dict({
         "model": {"arch": "transformer", "d_model": 32, "heads": 2, "ff_size": 64, "layers": 2, "dropout": 0.1},
         "data": {"toy_size": 300, "vocab_size": 120, "max_tokens": 400, "cache_dir": str(out.parent / "cache")},
@@ -36,7 +42,6 @@ def checkpoint(tmp_path_factory) -> Path:
     })
     cfg.output_dir = str(out)
     train(cfg, quiet=True)
-    return out / "best.pt"
 
 
 def translate_main(argv: list[str]) -> int:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import run_shared
 from conftest import run_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,16 +25,18 @@ def run(script: str, *args: str, stdin: str | None = None, cwd: Path = ROOT,
 
 TINY = ["--toy-size", "300", "--vocab-size", "120", "--d-model", "32", "--heads", "2", "--ff-size", "64",
         "--layers", "1", "--max-steps", "8", "--eval-every", "4", "--eval-max-sentences", "8", "--quiet",
-        "--device", "cpu"]
+        "--device", "cpu", "--cache-dir", str(run_shared.run_dir() / "cache")]  # this run's, not the repository's
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("cli") / "run"
-    proc = run("train.py", *TINY, "--output-dir", str(out))
-    assert proc.returncode == 0, proc.stderr
-    assert "test BLEU" in proc.stdout
-    return out / "best.pt"
+def checkpoint() -> Path:
+    """``train.py`` as a user runs it (a subprocess), once per test run."""
+    def build(directory: Path) -> None:
+        proc = run("train.py", *TINY, "--output-dir", str(directory / "run"))
+        assert proc.returncode == 0, proc.stderr
+        assert "test BLEU" in proc.stdout
+
+    return run_shared.built_once("cli-train-py", build) / "run" / "best.pt"
 
 
 def test_translate_is_a_stdin_stdout_filter_keeping_order_and_empty_lines(checkpoint):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import run_shared
 
 from seq2seq.cli.compare import job_from_args, main, parse_args
 from seq2seq.jobs.compare import (
@@ -42,9 +43,13 @@ def tiny_config(out: Path, arch: str) -> RunConfig:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("runs")
-    return {arch: train(tiny_config(root / arch, arch), quiet=True).output_dir for arch in ("rnn", "transformer")}
+def runs() -> dict[str, Path]:
+    def build(root: Path) -> None:
+        for arch in ("rnn", "transformer"):
+            train(tiny_config(root / arch, arch), quiet=True)
+
+    root = run_shared.built_once("compare-runs", build)
+    return {arch: root / arch for arch in ("rnn", "transformer")}
 
 
 @pytest.fixture(scope="module")

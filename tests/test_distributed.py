@@ -47,6 +47,7 @@ def config_from_flags(flags: list[str]):
 
 
 @pytest.mark.slow  # torchrun: two training processes
+@pytest.mark.serial
 def test_two_processes_match_one_accumulating_process_and_resume_exactly(tmp_path):
     run = tmp_path / "ddp"
     common = [str(ROOT / "train.py"), *TINY, "--cache-dir", str(tmp_path / "cache"), "--output-dir", str(run)]
@@ -98,6 +99,7 @@ with distributed.process_group(torch.device("cpu")) as created:
 """
 
 
+@pytest.mark.serial
 def test_process_group_helpers(tmp_path):
     script = tmp_path / "helpers.py"
     script.write_text(HELPERS)
@@ -136,6 +138,7 @@ def _worker_pids(parent: int) -> dict[int, int]:
 
 
 @pytest.mark.slow  # torchrun: two training processes
+@pytest.mark.serial
 def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step_and_resumes(tmp_path):
     """Ctrl-C or SIGTERM reaching one rank must not leave the other inside a collective: both stop
     after one step they agree on, write last.pt with both RNG states, exit cleanly and resume."""

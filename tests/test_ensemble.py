@@ -12,17 +12,17 @@ from seq2seq.models import build_model
 from seq2seq.tokenizer import Tokenizer
 from seq2seq.checkpoint.file import save_checkpoint
 from seq2seq.checkpoint.parts import bytes_to_tensor
-from test_models import BOS, EOS, make_model, train, single
+from test_models import BOS, EOS, make_model, trained_once, single
 
 
 @pytest.fixture(scope="module")
 def rnn():
-    return train(make_model("bahdanau"), 25, 1e-2)
+    return trained_once("bahdanau", 25, 1e-2)
 
 
 @pytest.fixture(scope="module")
 def transformer():
-    return train(make_model("transformer-pre"), 40, 1e-2)
+    return trained_once("transformer-pre", 40, 1e-2)
 
 
 def _mixture_log_prob(members, src, mask, tokens):

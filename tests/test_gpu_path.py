@@ -16,7 +16,7 @@ from seq2seq.data.prefetch import prefetch
 from seq2seq.errors import UserError
 from seq2seq.runtime import allow_tf32, precision_warning, resolve_device
 from seq2seq.training import distributed
-from test_models import make_model, reverse_batch, train
+from test_models import reverse_batch, trained_once
 
 pytestmark = pytest.mark.cuda  # with a GPU, these run with it visible (tests/conftest.py)
 
@@ -127,7 +127,7 @@ def test_sync_free_eos_forcing_equals_the_cpu_branch():
 
 @pytest.fixture(scope="module")
 def trained():
-    return {variant: train(make_model(variant), 30, 1e-2) for variant in ("bahdanau", "transformer-pre")}
+    return {variant: trained_once(variant, 30, 1e-2) for variant in ("bahdanau", "transformer-pre")}
 
 
 @pytest.mark.parametrize("variant", ["bahdanau", "transformer-pre"])

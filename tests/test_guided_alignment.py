@@ -326,6 +326,7 @@ def test_eflomal_alignments_are_computed_once_and_cached(tmp_path):
 
 
 @pytest.mark.slow  # torchrun: two training processes
+@pytest.mark.serial
 def test_two_guided_processes_match_one_accumulating_process(tmp_path):
     """The guided term is normalised like the translation loss: DDP = accumulation over the same batches."""
     from test_distributed import ROOT, TINY, config_from_flags, torchrun

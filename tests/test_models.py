@@ -89,6 +89,20 @@ def train(model, steps: int, lr: float, batch: int = 128, seed: int = 0):
     return model.eval()
 
 
+def trained_once(variant: str, steps: int, lr: float, batch: int = 128, seed: int = 0):
+    """``train(make_model(variant), ...)``, trained once per test run and shared by every file and
+    worker (tests/run_shared.py): a fresh model in eval mode with those weights."""
+    import run_shared
+
+    def build(directory):
+        torch.save(train(make_model(variant), steps, lr, batch, seed).state_dict(), directory / "model.pt")
+
+    built = run_shared.built_once(f"reverse-{variant}-{steps}-{lr}-{batch}-{seed}", build)
+    model = make_model(variant)
+    model.load_state_dict(torch.load(built / "model.pt", weights_only=True))
+    return model.eval()
+
+
 def sequence_accuracy(model, n: int = 200) -> float:
     src, mask, _, tgt_out = reverse_batch(n, torch.Generator().manual_seed(1234))
     hyps = greedy_search(model, src, mask, need_attention=False)
@@ -109,7 +123,7 @@ LEARNING = {  # steps, peak learning rate (batch 128); all reach >= 0.95 over se
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_learns_to_reverse(variant):
     steps, lr = LEARNING[variant]
-    model = train(make_model(variant), steps, lr)
+    model = trained_once(variant, steps, lr)
     assert sequence_accuracy(model) >= 0.9
 
 

@@ -7,7 +7,7 @@ from torch import nn
 
 from seq2seq.decoding.search import beam_search, greedy_search
 from seq2seq.nn.packed import PackedLinear, pack_for_decoding, packing_available
-from test_models import make_model, reverse_batch, train
+from test_models import reverse_batch, trained_once
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this PyTorch has no oneDNN packed linear")
 
@@ -37,7 +37,7 @@ def test_autograd_goes_through_the_plain_product():
 
 
 def test_a_packed_model_decodes_like_the_plain_one():
-    model = train(make_model("transformer-pre"), 150, 1e-2)
+    model = trained_once("transformer-pre", 150, 1e-2)
     src, mask, _, _ = reverse_batch(8, torch.Generator().manual_seed(3))
     want = [greedy_search(model, src, mask), beam_search(model, src, mask, beam_size=3, n_best=3)]
     assert pack_for_decoding(model) > 0

@@ -8,7 +8,7 @@ import torch
 from seq2seq.models.rnn import StackedRNN
 from seq2seq.nn.quantize import quantize_for_decoding
 from seq2seq.decoding.search import beam_search, greedy_search
-from test_models import make_model, reverse_batch, train
+from test_models import reverse_batch, trained_once
 
 ARCHS = ["bahdanau", "luong-general", "transformer-pre"]
 
@@ -33,7 +33,7 @@ def test_split_cells_compute_the_fused_cells(cell):
 @pytest.fixture(scope="module", params=ARCHS)
 def trained(request):
     steps = {"bahdanau": 25, "luong-general": 25, "transformer-pre": 40}[request.param]
-    return train(make_model(request.param), steps, 1e-2)
+    return trained_once(request.param, steps, 1e-2)
 
 
 def test_int8_logits_close_to_fp32_and_original_untouched(trained):

@@ -7,7 +7,7 @@ import torch
 from seq2seq.config import check_decoding
 from seq2seq.decoding.search import Sampling, greedy_search, max_lengths, sample_search, translate_batch
 from seq2seq.errors import UserError
-from test_models import BOS, EOS, PAD, VOCAB, make_model, train, single
+from test_models import BOS, EOS, PAD, VOCAB, make_model, trained_once, single
 
 ARCHS = ["bahdanau", "transformer-pre"]
 
@@ -16,7 +16,7 @@ ARCHS = ["bahdanau", "transformer-pre"]
 def model(request):
     """Briefly trained (not converged): peaked but not one-hot next-token distributions."""
     steps = {"bahdanau": 25, "transformer-pre": 40}[request.param]
-    return train(make_model(request.param), steps, 1e-2)
+    return trained_once(request.param, steps, 1e-2)
 
 
 def _step_log_probs(model, src, mask, tokens, limit):

@@ -6,7 +6,7 @@ import torch
 
 from seq2seq.errors import UserError
 from seq2seq.decoding.search import beam_search, greedy_search, length_penalty_gnmt, max_lengths, translate_batch
-from test_models import BOS, EOS, PAD, VOCAB, make_model, train, single
+from test_models import BOS, EOS, PAD, VOCAB, make_model, trained_once, single
 
 ARCHS = ["bahdanau", "luong-no-feeding", "transformer-pre"]
 
@@ -34,7 +34,7 @@ def test_gnmt_length_penalty_hand_computed(length, alpha, expected):
 def model(request):
     """Briefly trained (not converged): hypotheses end at different lengths, some by EOS, some by the bound."""
     steps = {"bahdanau": 25, "luong-no-feeding": 25, "transformer-pre": 40}[request.param]
-    return train(make_model(request.param), steps, 1e-2)
+    return trained_once(request.param, steps, 1e-2)
 
 
 def _rescore(model, src, mask, tokens):

@@ -11,7 +11,7 @@ from seq2seq.errors import UserError
 from seq2seq.decoding.search import OutputVocabulary, beam_search, greedy_search
 from seq2seq.cli.shortlist import main as shortlist_main
 from seq2seq.decoding.shortlist import Shortlist, ibm1_table
-from test_models import BOS, EOS, PAD, VOCAB, make_model, reverse_batch, train
+from test_models import BOS, EOS, PAD, VOCAB, reverse_batch, trained_once
 
 V = 40  # token ids 4..39 are ordinary
 TRANSLATE = {s: (s * 7) % 36 + 4 for s in range(4, V)}  # a bijection on the ordinary ids
@@ -89,7 +89,7 @@ ALL = torch.arange(VOCAB)
 
 @pytest.fixture(scope="module", params=["bahdanau", "transformer-pre"])
 def model(request):
-    return train(make_model(request.param), {"bahdanau": 25, "transformer-pre": 40}[request.param], 1e-2)
+    return trained_once(request.param, {"bahdanau": 25, "transformer-pre": 40}[request.param], 1e-2)
 
 
 @pytest.fixture(scope="module")

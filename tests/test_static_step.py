@@ -15,7 +15,7 @@ from seq2seq.decoding.sampling import Sampling
 from seq2seq.models.base import select_batch
 from seq2seq.models.compiled import compile_decoding
 from seq2seq.models.transformer import CACHE_BUCKET
-from test_models import BOS, EXTRA, VARIANTS, VOCAB, make_model, reverse_batch, single, train
+from test_models import BOS, EXTRA, VARIANTS, VOCAB, make_model, reverse_batch, single, trained_once
 
 TRANSFORMERS = [v for v in list(VARIANTS) + list(EXTRA) if v.startswith("transformer")]
 
@@ -67,7 +67,7 @@ def test_only_one_sentence_at_a_time_gets_a_static_cache():
 @pytest.fixture(scope="module")
 def trained():
     """A Transformer that reverses sequences (so that searches have something to find)."""
-    return train(make_model("transformer-pre"), 150, 1e-2)
+    return trained_once("transformer-pre", 150, 1e-2)
 
 
 def _searches(model):
