@@ -38,6 +38,17 @@ def pytest_unconfigure(config):
         del os.environ[run_shared.RUN_DIR_ENV]
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``serial`` first, then those marked ``slow``, then the rest, each group in file
+    order. Under ``pytest -n`` a serial test waits for the test running on every other worker, so it
+    should meet short ones; long tests started early leave short ones to balance the workers at the
+    end. (The order is also a check that no test depends on running after another.)"""
+    def group(item) -> int:
+        return 0 if item.get_closest_marker("serial") else 1 if item.get_closest_marker("slow") else 2
+
+    items[:] = sorted(items, key=group)  # stable: file order within a group
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """With several workers, a test marked ``serial`` runs while no other test does."""

@@ -178,6 +178,7 @@ def _losses(run: Path) -> list[float]:
     return [r["loss"] for r in records if r["kind"] == "train"]
 
 
+@pytest.mark.slow  # traces and differentiates a graph of dynamic shapes
 @pytest.mark.parametrize("arch", ["transformer", "rnn"])
 def test_the_compiled_step_with_guided_alignment_trains_like_the_eager_one(tmp_path, monkeypatch, arch):
     """--compile with every attention term (guided alignment, the entropy penalty) and fixed shapes:
