@@ -72,7 +72,8 @@ def decode_system(run_dir: Path, args: argparse.Namespace) -> dict:
     from seq2seq.metrics import corpus_scores
     from seq2seq.runtime import precision_warning, resolve_device
     from seq2seq.decoding.shortlist import FILE_NAME, Shortlist, build_from_text
-    from seq2seq.decoding.translator import Translator, default_batch_size
+    from seq2seq.config import DecodeConfig
+    from seq2seq.decoding.translator import Translator
 
     sources = (args.data_dir / f"{args.test_split}.{args.src}").read_text(encoding="utf-8").splitlines()
     references = (args.data_dir / f"{args.test_split}.{args.tgt}").read_text(encoding="utf-8").splitlines()
@@ -92,18 +93,19 @@ def decode_system(run_dir: Path, args: argparse.Namespace) -> dict:
         translators[f"{precision}+shortlist"] = Translator(plain.model, plain.tokenizer, plain.device,
                                                            plain.max_input_tokens, shortlist)
     results, baseline = {}, {}
-    runs = (("greedy", 1, default_batch_size(1), "fp32"), ("beam5", 5, default_batch_size(5), "fp32"),
-            ("greedy_shortlist", 1, default_batch_size(1), "fp32+shortlist"),
-            ("beam5_shortlist", 5, default_batch_size(5), "fp32+shortlist"),
+    greedy_rows, beam_rows = DecodeConfig(beam_size=1).batch, DecodeConfig(beam_size=5).batch
+    runs = (("greedy", 1, greedy_rows, "fp32"), ("beam5", 5, beam_rows, "fp32"),
+            ("greedy_shortlist", 1, greedy_rows, "fp32+shortlist"),
+            ("beam5_shortlist", 5, beam_rows, "fp32+shortlist"),
             ("greedy_bs1", 1, 1, "fp32"), ("greedy_bs1_fp16", 1, 1, "fp16"),  # fp16 speeds up batch 1 on CPU
             ("greedy_bs1_shortlist", 1, 1, "fp32+shortlist"), ("greedy_bs1_fp16_shortlist", 1, 1, "fp16+shortlist"))
     if bf16:
-        runs += (("greedy_bf16", 1, default_batch_size(1), "bf16"), ("beam5_bf16", 5, default_batch_size(5), "bf16"),
+        runs += (("greedy_bf16", 1, greedy_rows, "bf16"), ("beam5_bf16", 5, beam_rows, "bf16"),
                  ("greedy_bs1_bf16", 1, 1, "bf16"))
     if int8:
-        runs += (("greedy_int8", 1, default_batch_size(1), "int8"), ("beam5_int8", 5, default_batch_size(5), "int8"),
+        runs += (("greedy_int8", 1, greedy_rows, "int8"), ("beam5_int8", 5, beam_rows, "int8"),
                  ("greedy_bs1_int8", 1, 1, "int8"),
-                 ("beam5_int8_shortlist", 5, default_batch_size(5), "int8+shortlist"),
+                 ("beam5_int8_shortlist", 5, beam_rows, "int8+shortlist"),
                  ("greedy_bs1_int8_shortlist", 1, 1, "int8+shortlist"))
     for label, beam, batch, precision in runs:
         subset = sources[: args.bs1_sentences] if batch == 1 else sources
@@ -300,7 +302,8 @@ def profile_decoding(args: argparse.Namespace) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     from seq2seq.errors import UserError
-    from seq2seq.decoding.translator import Translator, default_batch_size
+    from seq2seq.config import DecodeConfig
+    from seq2seq.decoding.translator import Translator
 
     checkpoint = Path(args.checkpoint)
     checkpoint = checkpoint / "best.pt" if checkpoint.is_dir() else checkpoint
@@ -310,7 +313,7 @@ def profile_decoding(args: argparse.Namespace) -> dict:
                                             shortlist="auto" if args.shortlist else None)
     sources = (args.data_dir / f"{args.test_split}.{args.src}").read_text(encoding="utf-8").splitlines()
     sources = sources[: args.sentences] if args.sentences else sources
-    batch = args.batch_size or default_batch_size(args.beam_size)
+    batch = args.batch_size or DecodeConfig(beam_size=args.beam_size).batch
 
     def run() -> list:
         return translator.translate(sources, beam_size=args.beam_size, batch_size=batch, need_attention=False)

@@ -5,7 +5,7 @@
 1. ``seq2seq export --format ctranslate2 RUN`` into a temp directory (int8 is CTranslate2's
    ``compute_type="int8"`` on that same fp32 export; ours is ``--precision int8``).
 2. Decode ``test_2016_flickr`` with both engines back to back, mode by mode: greedy and beam 5 in
-   wide batches (the same batch size for both: ``default_batch_size``), and greedy and beam 5 one
+   wide batches (the same batch size for both: ``DecodeConfig.batch``), and greedy and beam 5 one
    sentence at a time on the first ``--batch1-sentences`` sentences; fp32 and int8; one sentence at
    a time also ours compiled (``Translator(compile=True)``, fp32). Both searches rank by
    log-probability (length penalty 0: CTranslate2 divides by length^alpha, we use GNMT's
@@ -125,7 +125,8 @@ def floor(model: torch.nn.Module) -> dict:
 
 def run(args: argparse.Namespace) -> dict:
     from seq2seq.metrics import corpus_scores
-    from seq2seq.decoding.translator import Translator, default_batch_size
+    from seq2seq.config import DecodeConfig
+    from seq2seq.decoding.translator import Translator
 
     threads = args.threads
     torch.set_num_threads(threads)
@@ -144,7 +145,7 @@ def run(args: argparse.Namespace) -> dict:
             count = args.batch1_sentences if batch == 1 else len(sources)
             source_file = Path(tmp) / f"sources-{count}.json"
             source_file.write_text(json.dumps(sources[:count]), encoding="utf-8")
-            batch = batch or default_batch_size(beam)
+            batch = batch or DecodeConfig(beam_size=beam).batch
             reference_outputs = None
             for precision in ("fp32", "int8"):
                 for name in ENGINES:  # back to back, ours first

@@ -105,13 +105,14 @@ def train_run(positional: str, args: argparse.Namespace, data_dir: Path, run_dir
 def decode_run(run_dir: Path, args: argparse.Namespace, buckets: list[dict]) -> dict:
     """Step 3: beam 5 from best.pt on the test split (overall and per bucket) and the full val split."""
     from seq2seq.metrics import corpus_scores
-    from seq2seq.decoding.translator import Translator, default_batch_size
+    from seq2seq.config import DecodeConfig
+    from seq2seq.decoding.translator import Translator
 
     translator = Translator.from_checkpoint(run_dir / "best.pt", device=args.device)
     result = {}
     for name, split in (("test", args.test_split), ("valid_full", "val")):
         sources, references = (read_lines(args.data_dir / f"{split}.{lang}") for lang in (args.src, args.tgt))
-        hyps = [t.text for t in translator.translate(sources, beam_size=5, batch_size=default_batch_size(5),
+        hyps = [t.text for t in translator.translate(sources, beam_size=5, batch_size=DecodeConfig(beam_size=5).batch,
                                                      need_attention=False)]
         (run_dir / f"{split}.beam5.hyp").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
         bleu = corpus_scores(hyps, references, ("bleu",))["bleu"]

@@ -302,12 +302,18 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 
 #: The beam size when none is given (``DecodeConfig.beam_size`` None): beam search, or 1 with sampling.
 DEFAULT_BEAM_SIZE = 5
+#: Decoder rows (sentences x beams) per batch when no batch size is given (``DecodeConfig.batch``):
+#: greedy batches of 320 sentences, beam-5 batches of 64. Every decoding step reads all decoder weights
+#: however few rows it has, so greedy decoding gains from wide batches; beam search is flat across
+#: widths (docs/performance.md).
+DECODER_ROWS = 320
 
 
 @dataclass
 class DecodeConfig:
-    """How ``seq2seq translate`` and ``Translator.translate`` search or sample (the same defaults
-    for both; ``check_decoding`` names bad values before any work)."""
+    """How ``seq2seq translate``, ``serve`` and ``Translator.translate`` search or sample (the same
+    defaults for all three). Checked where it is built (``check_decoding``: named errors before any
+    work), so a ``DecodeConfig`` in hand is one that runs; ``dataclasses.replace`` checks again."""
 
     __pydantic_config__ = STRICT
 
@@ -328,6 +334,30 @@ class DecodeConfig:
                                      "0 = always the most probable token, i.e. greedy)")
     seed: int | None = option(None, "with --sample: random seed; the same seed gives the same samples "
                                     "(None: different samples every run)")
+    ordered_constraints: bool = option(False, "with --constraints: each output contains the phrases in the order "
+                                              "given")
+
+    def __post_init__(self) -> None:
+        check_decoding(self.beam_size, self.n_best, self.sample, self.top_k, self.top_p, self.temperature, self.seed)
+        if self.batch_size is not None and self.batch_size < 1:
+            raise UserError(f"--batch-size must be positive, got {self.batch_size}")
+        if not 0 < self.max_output_ratio < float("inf"):
+            raise UserError(f"--max-output-ratio must be a finite number > 0, got {self.max_output_ratio}")
+        if self.max_input_tokens < 1:
+            raise UserError(f"--max-input-tokens must be positive, got {self.max_input_tokens}")
+
+    @property
+    def beam(self) -> int:
+        """The beam that runs: ``beam_size``, or when None ``DEFAULT_BEAM_SIZE`` (1 with ``sample``)."""
+        return (1 if self.sample else DEFAULT_BEAM_SIZE) if self.beam_size is None else self.beam_size
+
+    @property
+    def batch(self) -> int:
+        """Sentences decoded together: ``batch_size``, or ``DECODER_ROWS`` / the decoder rows one
+        sentence takes (its beam; with ``sample``, its ``n_best`` samples)."""
+        if self.batch_size is not None:
+            return self.batch_size
+        return max(1, DECODER_ROWS // (self.n_best if self.sample else self.beam))
 
 
 def check_decoding(beam_size: int | None, n_best: int, sample: bool = False, top_k: int = 0,

@@ -62,6 +62,16 @@ def tf32_kept():
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
+@contextmanager
+def ieee_fp32():
+    """TF32 off for the block (``allow_tf32(False)``: fp32 means IEEE fp32, for cuDNN's RNNs too) and
+    the switches as they were afterwards: decoding and scoring inside a process that trains with
+    ``--tf32``, or a Python caller's own setting, are left alone."""
+    with tf32_kept():
+        allow_tf32(False)
+        yield
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for the work queued on a CUDA ``device`` (for timing); nothing elsewhere."""
     if device.type == "cuda":

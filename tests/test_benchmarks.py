@@ -419,3 +419,20 @@ def test_alignment_benchmark_scores_eflomal_and_each_variants_attention_on_the_g
     assert guided["default"]["heads"] == [0] and record["runs"]["transformer"]["default"]["heads"] == "mean"
     assert {"layer 0, mean", "layer 0, head 1", "layer all, mean"} <= set(guided["aer"])
     assert out.with_suffix(".png").is_file() and "| eflomal" in out.with_suffix(".md").read_text()
+
+
+def test_ab_speed_measures_each_tree_interleaved_and_refuses_a_tree_it_does_not_import(tmp_path):
+    out = tmp_path / "ab.json"
+    script("ab_speed.py", "--tree", f"a={ROOT}", "--tree", f"b={ROOT}", "--rounds", "2", "--sentences", "8",
+           "--batch1-sentences", "2", "--train-steps", "2", "--out", str(out), cwd=tmp_path)
+    record = check_record(out, "ab-speed")
+    assert [len(record["per_round"][name]) for name in "ab"] == [2, 2]
+    assert record["median"]["a"].keys() == record["median"]["b"].keys() >= {"rnn beam 5, batch 1 sentences/s",
+                                                                           "train target tokens/s"}
+    assert "| transformer greedy sentences/s |" in out.with_suffix(".md").read_text()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ab_speed.py"), "--tree", f"x={empty}",
+                           "--rounds", "1", "--out", str(tmp_path / "x.json")], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert proc.returncode != 0 and "not from the tree" in proc.stderr

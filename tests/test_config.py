@@ -2,6 +2,7 @@
 values from files and flags; the effective config printed, saved and read back; light imports."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -100,15 +101,29 @@ def test_help_shows_the_defaults_that_run():
     assert f"beam size (1 = greedy; --sample needs 1) (default: {DEFAULT_BEAM_SIZE}; 1 with --sample)" in translate
 
 
-def test_translator_defaults_are_the_commands():
+def test_translate_takes_one_decoding_config_checked_where_it_is_built():
+    """The command and the API share DecodeConfig: translate takes it whole (or its fields as keywords),
+    besides the per-sentence inputs at most 6 parameters; a bad value fails when the config is built."""
+    import dataclasses
     import inspect
 
-    from seq2seq.decoding.translator import Translator
+    from seq2seq.decoding.translator import Translator, _decode_config
 
-    defaults = {name: p.default for name, p in inspect.signature(Translator.translate).parameters.items()}
-    for field in ("beam_size", "length_penalty", "n_best", "batch_size", "max_output_ratio", "sample", "top_k",
-                  "top_p", "temperature", "seed"):
-        assert defaults[field] == getattr(DecodeConfig, field), field
+    parameters = inspect.signature(Translator.translate).parameters
+    per_sentence = {"self", "sentences", "prefix", "constraints", "options"}
+    assert len(set(parameters) - per_sentence) <= 6 and parameters["decode"].default is None
+    assert _decode_config(None, {}) == DecodeConfig()
+    assert _decode_config(DecodeConfig(beam_size=2), {"n_best": 2}) == DecodeConfig(beam_size=2, n_best=2)
+    with pytest.raises(UserError, match="unknown option.*beam; the decoding options are DecodeConfig.s fields"):
+        _decode_config(None, {"beam": 3})
+    for bad, message in (({"batch_size": 0}, "--batch-size must be positive"),
+                         ({"max_output_ratio": 0.0}, "--max-output-ratio must be a finite number > 0"),
+                         ({"beam_size": 2, "n_best": 3}, "need 1 <= --n-best (3) <= --beam-size (2)")):
+        with pytest.raises(UserError, match=re.escape(message)):
+            DecodeConfig(**bad)
+        with pytest.raises(UserError, match=re.escape(message)):
+            dataclasses.replace(DecodeConfig(), **bad)
+    assert (DecodeConfig().beam, DecodeConfig(sample=True).beam, DecodeConfig(beam_size=3).beam) == (5, 1, 3)
 
 
 def test_importing_the_package_or_the_translator_loads_neither_datasets_nor_training():

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from seq2seq.config import ModelConfig, RunConfig
+from seq2seq.config import DecodeConfig, ModelConfig, RunConfig
 from seq2seq.decoding.ensemble import EnsembleModel
 from seq2seq.decoding.search import Sampling, beam_search, greedy_search, sample_search, translate_batch
 from seq2seq.errors import UserError
@@ -124,7 +124,7 @@ def test_member_attention_and_position_limit(rnn, batch):
     learned = make_model("transformer-learned").eval()  # max_positions 16
     ensemble = EnsembleModel([rnn, learned])
     assert ensemble.max_positions == 16 and EnsembleModel([rnn]).max_positions is None
-    hyps = translate_batch(ensemble, src, mask, beam_size=2, n_best=2, need_attention=False)
+    hyps = translate_batch(ensemble, src, mask, DecodeConfig(beam_size=2, n_best=2), need_attention=False)
     members = ensemble.attach_member_attention(src, src_mask=mask, hyps=hyps)
     for i, (sentence, per_hyp) in enumerate(zip(hyps, members)):
         for h, (first, second) in zip(sentence, per_hyp):

@@ -20,13 +20,25 @@ pytestmark = pytest.mark.cuda  # with a GPU, these run with it visible (tests/co
 OLD_RNN = Path(__file__).parent / "data" / "pre-tiers" / "rnn.pt"
 
 
-def test_decoding_in_fp32_turns_tf32_off():
-    """PyTorch's default leaves cuDNN in TF32; a Translator must not inherit it from the process."""
-    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+def test_decoding_in_fp32_turns_tf32_off_for_the_call_only(monkeypatch):
+    """PyTorch's default leaves cuDNN in TF32; a translation must not inherit it from the process, and
+    building or using a Translator must not change the process's switches either."""
+    from conftest import run_main
+
+    def flags():
+        return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+
+    matmul, cudnn = flags()
     try:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        Translator.from_checkpoint(OLD_RNN, device="cpu")
-        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (False, False)
+        translator = Translator.from_checkpoint(OLD_RNN, device="cpu")
+        assert flags() == (True, True)  # building switches nothing
+        seen, encode = [], translator.model.encode
+        monkeypatch.setattr(translator.model, "encode", lambda *a, **k: seen.append(flags()) or encode(*a, **k))
+        translator.translate(["seven"], beam_size=1)
+        assert seen and set(seen) == {(False, False)} and flags() == (True, True)  # off inside, restored after
+        assert run_main(["translate", "--checkpoint", str(OLD_RNN), "--beam-size", "0"])[0] == 2
+        assert flags() == (False, False)  # a command starts in IEEE fp32
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
 

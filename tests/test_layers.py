@@ -161,3 +161,23 @@ def test_cycles_are_reported():
     graph = {"seq2seq.a": [(1, "seq2seq.b")], "seq2seq.b": [(3, "seq2seq.c")], "seq2seq.c": [(2, "seq2seq.a")],
              "seq2seq.d": [(1, "seq2seq.a"), (2, "seq2seq.d")]}
     assert cycles(graph) == [["seq2seq.a", "seq2seq.b", "seq2seq.c"]]
+
+
+def private_imports(source: str) -> list[str]:
+    """Names beginning with one underscore that ``source`` imports from another module (private:
+    the module that defines one is its only user; a name another module needs is made public)."""
+    return [f"{node.module or '.'}.{alias.name}" for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.ImportFrom) and node.module != "__future__"
+            for alias in node.names if alias.name.startswith("_") and not alias.name.startswith("__")]
+
+
+def test_no_module_imports_another_modules_private_name():
+    found = {module_name(path): names for path in sorted(PACKAGE.rglob("*.py"))
+             if (names := private_imports(path.read_text(encoding="utf-8")))}
+    assert found == {}, f"make these public or keep them in their module: {found}"
+
+
+def test_private_imports_are_reported():
+    source = "from .search import Beams, _Beams\ndef f():\n    from ..config import _helper as h\n"
+    assert private_imports(source) == ["search._Beams", "config._helper"]
+    assert private_imports("from __future__ import annotations\nfrom .x import __version__\n") == []

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from seq2seq.config import check_decoding
-from seq2seq.decoding.search import Sampling, greedy_search, max_lengths, sample_search, translate_batch
+from seq2seq.config import DecodeConfig, check_decoding
+from seq2seq.decoding.search import MAX_LEN_OFFSET, Sampling, greedy_search, max_lengths, sample_search, translate_batch
 from seq2seq.errors import UserError
 from test_models import BOS, EOS, PAD, VOCAB, make_model, trained_once, single
 
@@ -157,12 +157,12 @@ def test_sampling_over_a_shortlist_draws_only_its_tokens_and_a_full_list_changes
 
 def test_translate_batch_dispatches_and_bounds_the_length(model, batch):
     src, mask = batch
-    hyps = translate_batch(model, src, mask, n_best=2, sampling=Sampling(temperature=5.0, seed=1),
-                           max_len_ratio=0.5, max_len_offset=1)
+    decode = DecodeConfig(sample=True, n_best=2, temperature=5.0, seed=1, max_output_ratio=0.5)
+    hyps = translate_batch(model, src, mask, decode)
     for i, sentence in enumerate(hyps):
         assert len(sentence) == 2
         for h in sentence:
-            assert len(h.tokens) <= math.ceil(int(mask[i].sum()) * 0.5) + 1
+            assert len(h.tokens) <= math.ceil(int(mask[i].sum()) * 0.5) + MAX_LEN_OFFSET
             assert not {PAD, BOS, EOS} & set(h.tokens)
             assert h.attention.shape[2] == len(h.tokens) + 1
 
@@ -194,4 +194,4 @@ def test_sampling_defaults_and_errors_at_the_search_level(model, batch):
     with pytest.raises(UserError, match="--top-p"):
         Sampling(top_p=0.0)
     with pytest.raises(UserError, match="has no beam"):
-        translate_batch(model, *batch, beam_size=3, n_best=1, sampling=Sampling(seed=1))
+        translate_batch(model, *batch, DecodeConfig(beam_size=3, n_best=1, sample=True, seed=1))

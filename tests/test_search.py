@@ -4,6 +4,7 @@ import math
 import pytest
 import torch
 
+from seq2seq.config import DecodeConfig
 from seq2seq.errors import UserError
 from seq2seq.decoding.search import beam_search, greedy_search, length_penalty_gnmt, max_lengths, translate_batch
 from test_models import BOS, EOS, PAD, VOCAB, make_model, trained_once, single
@@ -122,9 +123,10 @@ def test_beam_not_worse_than_greedy(model, batch):
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_batch_decodes_like_each_sentence_alone(model, batch, beam_size):
     src, mask = batch
-    together = translate_batch(model, src, mask, beam_size=beam_size, n_best=beam_size)
+    decode = DecodeConfig(beam_size=beam_size, n_best=beam_size)
+    together = translate_batch(model, src, mask, decode)
     for i, hyps in enumerate(together):
-        alone = translate_batch(model, *single(src, mask, i), beam_size=beam_size, n_best=beam_size)[0]
+        alone = translate_batch(model, *single(src, mask, i), decode)[0]
         assert [h.tokens for h in hyps] == [h.tokens for h in alone]
         for h, a in zip(hyps, alone):
             assert h.score == pytest.approx(a.score, abs=1e-4)
@@ -134,7 +136,7 @@ def test_batch_decodes_like_each_sentence_alone(model, batch, beam_size):
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_attention_shapes_and_rows(model, batch, beam_size):
     src, mask = batch
-    hyps = translate_batch(model, src, mask, beam_size=beam_size, n_best=beam_size)
+    hyps = translate_batch(model, src, mask, DecodeConfig(beam_size=beam_size, n_best=beam_size))
     layers, heads = model.attention_layers, model.attention_heads
     for i, sentence in enumerate(hyps):
         for h in sentence:
@@ -175,7 +177,7 @@ def test_learned_positions_bound_the_output_length():
     model = make_model("transformer-learned").eval()  # max_positions 16
     src = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 4, 5, 6, 7, EOS]])
     for beam_size in (1, 2):
-        (h, *_), = translate_batch(model, src, src != PAD, beam_size=beam_size, max_len_ratio=3.0)
+        (h, *_), = translate_batch(model, src, src != PAD, DecodeConfig(beam_size=beam_size, max_output_ratio=3.0))
         assert len(h.tokens) <= 15
 
 
@@ -188,12 +190,12 @@ def test_search_restores_training_mode_and_checks_arguments(batch):
     with pytest.raises(UserError):
         beam_search(model, *batch, beam_size=2, n_best=3)
     with pytest.raises(UserError):
-        translate_batch(model, *batch, beam_size=0)
+        translate_batch(model, *batch, DecodeConfig(beam_size=0))
 
 
 @pytest.mark.parametrize("alpha, n_best", [(0.0, 1), (0.0, 2), (1.0, 1), (-0.5, 1)])
 def test_a_sentence_stops_once_no_live_beam_can_win_with_the_same_outputs(model, batch, alpha, n_best, monkeypatch):
-    """``_Beams.settled`` ends a sentence as soon as its n-best finished hypotheses cannot be beaten:
+    """``Beams.settled`` ends a sentence as soon as its n-best finished hypotheses cannot be beaten:
     the n-best lists equal those of searching on to k finished hypotheses, decoding fewer rows."""
     from seq2seq.decoding import search
 
@@ -204,7 +206,7 @@ def test_a_sentence_stops_once_no_live_beam_can_win_with_the_same_outputs(model,
     src, mask = batch
     pruned = beam_search(model, src, mask, beam_size=4, n_best=n_best, length_penalty=alpha, need_attention=False)
     pruned_rows = sum(steps)
-    monkeypatch.setattr(search._Beams, "settled", lambda self, sentence, best, t: False)
+    monkeypatch.setattr(search.Beams, "settled", lambda self, sentence, best, t: False)
     steps.clear()
     full = beam_search(model, src, mask, beam_size=4, n_best=n_best, length_penalty=alpha, need_attention=False)
     for a, b in zip(pruned, full):
@@ -216,9 +218,9 @@ def test_a_sentence_stops_once_no_live_beam_can_win_with_the_same_outputs(model,
 def test_settled_bounds_what_a_live_beam_can_still_score():
     """A live beam at log P = -1.5 ends at log P <= -1.5, its score at most -1.5 / lp(longest): with
     alpha 0 it cannot beat a finished -1.0, with alpha 1 and 10 tokens to go it might (-1.5 / (16/6))."""
-    from seq2seq.decoding.search import Hypothesis, _Beams
+    from seq2seq.decoding.search import Hypothesis, Beams
 
-    beams = object.__new__(_Beams)
+    beams = object.__new__(Beams)
     beams.finished, beams.host_limit, beams.n_best = [[Hypothesis([5], -1.0, -1.0)]], [10], 1
     beams.alpha = 0.0
     assert beams.settled(0, -1.5, 3) and not beams.settled(0, -0.5, 3)

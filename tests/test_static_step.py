@@ -6,6 +6,7 @@ import warnings
 import pytest
 import torch
 
+from seq2seq.config import DecodeConfig
 from seq2seq.decoding.constrained import constrained_beam_search
 from seq2seq.decoding.constraints import SentenceConstraints
 from seq2seq.decoding.ensemble import EnsembleModel
@@ -82,7 +83,7 @@ def _searches(model):
         "shortlist": lambda s, m: beam_search(model, s, m, beam_size=3, vocabulary=vocabulary,
                                               need_attention=False),
         "prefix": lambda s, m: beam_search(model, s, m, beam_size=3, prefixes=prefixes, need_attention=False),
-        "constraints": lambda s, m: constrained_beam_search(model, s, m, constraints, beam_size=3,
+        "constraints": lambda s, m: constrained_beam_search(model, s, m, constraints, DecodeConfig(beam_size=3),
                                                             need_attention=False),
         "sampling": lambda s, m: sample_search(model, s, m, Sampling(seed=3), n_samples=1, need_attention=False),
         "attention": lambda s, m: beam_search(model, s, m, beam_size=2),

@@ -150,9 +150,10 @@ def test_train_checkpoint_translate_bleu(tmp_path, arch):
 
 def test_default_decoding_batch_is_320_rows():
     """Greedy batches of 320 sentences, beam 5 of 64 (see translator.DECODER_ROWS); never 0."""
-    from seq2seq.decoding.translator import default_batch_size
+    from seq2seq.config import DecodeConfig
 
-    assert (default_batch_size(1), default_batch_size(5), default_batch_size(1000)) == (320, 64, 1)
+    assert [DecodeConfig(beam_size=k).batch for k in (1, 5, 1000)] == [320, 64, 1]
+    assert DecodeConfig(sample=True, n_best=4).batch == 80 and DecodeConfig(batch_size=7).batch == 7
 
 
 def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tmp_path):

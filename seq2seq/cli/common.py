@@ -34,9 +34,13 @@ def run_cli(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | No
     """Wrap a command's main: UserError -> message on stderr and exit 2; a write the operating system
     refused for a reason the user can fix (``OutputError``, or such an ``OSError`` that no layer below
     named) -> message and exit 1; Ctrl-C -> exit 130; closed pipe -> 0 (``seq2seq translate ... | head``
-    is not an error)."""
+    is not an error). Every command starts with TF32 off: fp32 means IEEE fp32 (PyTorch's own default
+    runs cuDNN's RNNs in TF32) until ``train --tf32`` says otherwise."""
 
     def wrapped(argv: list[str] | None = None) -> int:
+        from ..runtime import allow_tf32  # here, not at import: ``--help`` needs no torch
+
+        allow_tf32(False)
         try:
             return main(argv)
         except OutputError as exc:

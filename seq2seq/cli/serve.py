@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..config import DEFAULT_BEAM_SIZE, DecodeConfig, check_decoding
+from ..config import DEFAULT_BEAM_SIZE, DecodeConfig
 from ..errors import UserError
 from ..runtime import LOGGER
 from .common import (
@@ -97,9 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     limits = limits_from_args(args)
     align = align_config(args)
-    check_decoding(args.beam_size, args.n_best)
-    if args.beam_size is not None and args.beam_size > limits.max_beam_size:
-        raise UserError(f"--beam-size {args.beam_size} is above --max-beam-size {limits.max_beam_size}")
+    decode = DecodeConfig(beam_size=args.beam_size, n_best=args.n_best, length_penalty=args.length_penalty,
+                          max_output_ratio=args.max_output_ratio, max_input_tokens=args.max_input_tokens)
+    if decode.beam > limits.max_beam_size:
+        raise UserError(f"--beam-size {decode.beam} is above --max-beam-size {limits.max_beam_size}")
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be in 0..65535, got {args.port}")
     try:
@@ -114,17 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     compiled = {"auto": None, "on": True, "off": False}[args.compile]
     translator = Translator.from_checkpoints(args.checkpoint, device=args.device, precision=args.precision,
                                              max_input_tokens=args.max_input_tokens, shortlist=args.shortlist,
-                                             compile=compiled)
-    if args.shortlist_sizes is not None:
-        if translator.shortlist is None:
-            raise UserError("--shortlist-sizes needs --shortlist")
-        translator.shortlist = translator.shortlist.with_sizes(*args.shortlist_sizes)
+                                             compile=compiled, shortlist_sizes=args.shortlist_sizes)
     if translator.compiled:
-        warm_up(translator, sorted({1, DEFAULT_BEAM_SIZE if args.beam_size is None else args.beam_size}))
+        warm_up(translator, sorted({1, decode.beam}))
     align = align.for_model(translator.supervised_attention)  # a guided model: its supervised heads
     check_layer_heads(align.layer, align.heads, translator.model)
-    settings = ServeSettings(limits=limits, beam_size=args.beam_size, n_best=args.n_best,
-                             length_penalty=args.length_penalty, max_output_ratio=args.max_output_ratio,
-                             align=align, precision=args.precision)
+    settings = ServeSettings(limits=limits, decode=decode, align=align, precision=args.precision)
     run_server(translator, settings, args.host, args.port, args.quiet)
     return 0

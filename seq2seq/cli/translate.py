@@ -64,8 +64,6 @@ def parse_args(argv: list[str] | None):
                    help="terminology: per input line, the target phrases (tab-separated; an empty line: none) "
                         "that its translation must contain, each verbatim (constrained beam search with dynamic "
                         "beam allocation; with --beam-size 1 a constrained greedy search)")
-    p.add_argument("--ordered-constraints", action="store_true",
-                   help="with --constraints: the phrases must appear in the order given")
     p.add_argument("--output-format", choices=("text", "jsonl"), default="text",
                    help="text: one translation per line (with --n-best: 'index ||| translation ||| score'); "
                         "jsonl: one JSON object per input with score, log_prob and each target piece's and "
@@ -135,4 +133,4 @@ def job_from_args(args: argparse.Namespace) -> TranslateJob:
         shortlist_sizes=tuple(args.shortlist_sizes) if args.shortlist_sizes else None, alignments=args.alignments,
         plot_dir=args.plot_dir, html=args.html, max_plots=args.max_plots, align=align, attribution=attribution,
         output_format=args.output_format, prefix=args.prefix, contrast=args.contrast,
-        constraints=args.constraints, ordered_constraints=args.ordered_constraints)
+        constraints=args.constraints)

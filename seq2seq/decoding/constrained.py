@@ -2,7 +2,7 @@
 Hu et al. 2019): every output contains every constraint phrase of its sentence
 (``seq2seq.decoding.constraints``).
 
-It is beam search (``search._Beams``: the same decoder calls, state reordering, finished sentences
+It is beam search (``search.Beams``: the same decoder calls, state reordering, finished sentences
 leaving the batch, GNMT length penalty) with another choice of the k hypotheses kept at each step.
 The candidates of a sentence are, for each of its live beams, its 2k best next tokens and every token
 that makes progress on its constraints (``ConstraintState.progress_tokens``), with their scores
@@ -29,13 +29,14 @@ from typing import Sequence
 
 import torch
 
+from ..config import DecodeConfig
 from ..errors import UserError
 from ..models.base import EncoderDecoder, select_batch
 from ..tokenizer import BOS_ID, EOS_ID
 from .constraints import ConstraintState, SentenceConstraints
 from .prefix import Prefixes
 from .scoring import eval_mode
-from .search import Hypothesis, _Beams, length_penalty_gnmt, max_lengths, run_beams
+from .search import MAX_LEN_OFFSET, Beams, Hypothesis, length_penalty_gnmt, max_lengths, run_beams
 from .vocabulary import OutputVocabulary
 
 
@@ -44,30 +45,29 @@ def constrained_beam_search(
     src: torch.Tensor,
     src_mask: torch.Tensor,
     constraints: Sequence[SentenceConstraints],
-    beam_size: int = 5,
-    length_penalty: float = 1.0,
-    n_best: int = 1,
-    max_len_ratio: float = 1.5,
-    max_len_offset: int = 10,
+    decode: DecodeConfig = DecodeConfig(),
+    *,
     need_attention: bool = True,
     vocabulary: torch.Tensor | None = None,
     prefixes: Prefixes | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search in which every output of sentence i contains every phrase of ``constraints[i]``
-    (see the module docstring); ``n_best`` hypotheses per sentence, best first. ``beam_size`` 1 is a
-    greedy search that meets the constraints. A sentence whose constraints (with its target prefix)
-    need more tokens than its length bound raises ``ConstraintTooLong`` (its index in the batch)."""
-    if not 1 <= n_best <= beam_size:
-        raise UserError(f"need 1 <= --n-best ({n_best}) <= --beam-size ({beam_size})")
+    (see the module docstring), searched as ``decode`` says (a checked ``DecodeConfig``, not sampling);
+    ``n_best`` hypotheses per sentence, best first. Beam 1 is a greedy search that meets the
+    constraints. A sentence whose constraints (with its target prefix) need more tokens than its
+    length bound raises ``ConstraintTooLong`` (its index in the batch)."""
+    if decode.sample:  # Translator names this to the user before any work
+        raise ValueError("constrained_beam_search searches; a DecodeConfig with sample=True is translate_batch's")
+    beam_size, n_best = decode.beam, decode.n_best
     if len(constraints) != src.size(0):
         raise ValueError(f"constrained_beam_search: {len(constraints)} constraint sets for {src.size(0)} sentences")
-    limit = max_lengths(model, src_mask, max_len_ratio, max_len_offset, prefixes)
+    limit = max_lengths(model, src_mask, decode.max_output_ratio, MAX_LEN_OFFSET, prefixes)
     prefix_steps = [0] * len(constraints) if prefixes is None else prefixes.lengths(limit.device).tolist()
     for i, (bound, sentence) in enumerate(zip(limit.tolist(), constraints)):
         if sentence.total_tokens + prefix_steps[i] > bound:
             raise ConstraintTooLong(i, sentence.total_tokens, bound)
     with eval_mode(model, inference=True):
-        beams = _ConstrainedBeams(model, src, src_mask, beam_size, length_penalty, limit,
+        beams = _ConstrainedBeams(model, src, src_mask, beam_size, decode.length_penalty, limit,
                                   OutputVocabulary(model, vocabulary), prefixes, constraints, n_best)
         return run_beams(beams, n_best, need_attention, src, src_mask)
 
@@ -82,8 +82,8 @@ class ConstraintTooLong(UserError):
         self.index, self.needed, self.bound = index, needed, bound
 
 
-class _ConstrainedBeams(_Beams):
-    """``_Beams`` whose hypotheses carry a ``ConstraintState`` and their tokens on the host, and whose
+class _ConstrainedBeams(Beams):
+    """``Beams`` whose hypotheses carry a ``ConstraintState`` and their tokens on the host, and whose
     step keeps k hypotheses by dynamic beam allocation (module docstring)."""
 
     def __init__(self, model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor, k: int, alpha: float,
@@ -98,7 +98,7 @@ class _ConstrainedBeams(_Beams):
         self.token_of = (lambda c: c) if ids is None else ids.__getitem__
 
     def advance(self, t: int) -> bool:
-        """One step for every active sentence (``_Beams.advance``'s contract); False once none is left."""
+        """One step for every active sentence (``Beams.advance``'s contract); False once none is left."""
         k = self.k
         first = self.first_state is not None
         state, tokens = (self.first_state, self.tokens[::k]) if first else (self.state, self.tokens)

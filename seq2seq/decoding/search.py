@@ -21,12 +21,13 @@ tensors around.
 """
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
-from ..config import check_decoding
+from ..config import DecodeConfig
 from ..errors import UserError
 from ..models.base import EncoderDecoder, select_batch
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -35,6 +36,11 @@ from .sampling import Sampling
 from .vocabulary import OutputVocabulary
 from .scoring import eval_mode, forced_confidence, forced_pass
 
+
+#: Outputs stop at ``max_output_ratio`` x source subwords + this many tokens (the module docstring).
+MAX_LEN_OFFSET = 10
+#: ``translate_batch``'s default: greedy search.
+GREEDY = DecodeConfig(beam_size=1)
 
 @dataclass
 class Hypothesis:
@@ -199,19 +205,19 @@ def beam_search(
     Beams compete on raw log-probability; a hypothesis ending in EOS among the top ``beam_size``
     candidates is finished with score log P / lp(Y). A sentence is done once it has ``beam_size``
     finished hypotheses, reaches its length bound (where EOS is forced on every beam), or no live beam
-    can reach the score of its ``n_best``-th finished hypothesis any more (``_Beams.settled``: exact,
+    can reach the score of its ``n_best``-th finished hypothesis any more (``Beams.settled``: exact,
     the outputs are those of searching on).
     """
     if not 1 <= n_best <= beam_size:
         raise UserError(f"need 1 <= --n-best ({n_best}) <= --beam-size ({beam_size})")
     with eval_mode(model, inference=True):
-        beams = _Beams(model, src, src_mask, beam_size, length_penalty,
+        beams = Beams(model, src, src_mask, beam_size, length_penalty,
                        max_lengths(model, src_mask, max_len_ratio, max_len_offset, prefixes),
                        OutputVocabulary(model, vocabulary), prefixes, n_best)
         return run_beams(beams, n_best, need_attention, src, src_mask)
 
 
-def run_beams(beams: "_Beams", n_best: int, need_attention: bool, src: torch.Tensor,
+def run_beams(beams: "Beams", n_best: int, need_attention: bool, src: torch.Tensor,
               src_mask: torch.Tensor) -> list[list[Hypothesis]]:
     """Advance ``beams`` step by step to their length bound or until every sentence is done; the
     ``n_best`` finished hypotheses of each sentence, best first (with their attention if asked for)."""
@@ -224,9 +230,14 @@ def run_beams(beams: "_Beams", n_best: int, need_attention: bool, src: torch.Ten
     return hyps
 
 
-class _Beams:
+class Beams:
     """Search state of the active sentences: row n * k + j of the decoder state is beam j of
-    sentence n; the encoder memory has one row per sentence, shared by its k beams."""
+    sentence n; the encoder memory has one row per sentence, shared by its k beams.
+
+    The step interface of every beam strategy (``run_beams`` drives it): ``advance(t)`` takes step t
+    for every active sentence and returns False once none is left; ``finished[n]`` holds sentence n's
+    finished hypotheses. A strategy subclasses it and overrides ``advance`` (lexically constrained
+    search: ``constrained._ConstrainedBeams``), reusing ``settled``, ``_finish`` and ``_drop``."""
 
     def __init__(self, model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor, k: int,
                  alpha: float, limit: torch.Tensor, output: OutputVocabulary, prefixes: Prefixes | None = None,
@@ -354,32 +365,27 @@ def translate_batch(
     model: EncoderDecoder,
     src: torch.Tensor,
     src_mask: torch.Tensor,
-    beam_size: int = 1,
-    length_penalty: float = 1.0,
-    n_best: int = 1,
-    max_len_ratio: float = 1.5,
-    max_len_offset: int = 10,
+    decode: DecodeConfig = GREEDY,
+    *,
     need_attention: bool = True,
     vocabulary: torch.Tensor | None = None,
-    sampling: Sampling | None = None,
     sentence_ids: Sequence[int] | None = None,
     prefixes: Prefixes | None = None,
 ) -> list[list[Hypothesis]]:
-    """Greedy search for ``beam_size == 1``, beam search otherwise, or with ``sampling``
-    ``n_best`` samples per sentence (``sample_search``; ``beam_size`` must be 1, ``sentence_ids``
-    name the sentences' random streams); ``vocabulary`` restricts the tokens any of them may
-    produce (``OutputVocabulary``; e.g. ``Shortlist.vocabulary(src, src_mask)``); ``prefixes`` force
-    each output through its sentence's target prefix (``Prefixes``)."""
-    if beam_size < 1:
-        raise UserError(f"--beam-size must be >= 1, got {beam_size}")
-    if sampling is not None:
-        check_decoding(beam_size, n_best, True, sampling.top_k, sampling.top_p, sampling.temperature)
-        return sample_search(model, src, src_mask, sampling, n_best, sentence_ids, max_len_ratio, max_len_offset,
+    """Decode one batch as ``decode`` says (a checked ``DecodeConfig``; default: greedy): greedy
+    search for beam 1, beam search otherwise, or with ``sample`` ``n_best`` samples per sentence
+    (``sample_search``; ``sentence_ids`` name the sentences' random streams, 0.. by default);
+    ``vocabulary`` restricts the tokens any of them may produce (``OutputVocabulary``; e.g.
+    ``Shortlist.vocabulary(src, src_mask)``); ``prefixes`` force each output through its sentence's
+    target prefix (``Prefixes``)."""
+    ratio = decode.max_output_ratio
+    if decode.sample:
+        sampling = Sampling(decode.top_k, decode.top_p, decode.temperature,
+                            secrets.randbits(63) if decode.seed is None else decode.seed)
+        ids = range(src.size(0)) if sentence_ids is None else sentence_ids
+        return sample_search(model, src, src_mask, sampling, decode.n_best, ids, ratio, MAX_LEN_OFFSET,
                              need_attention, vocabulary, prefixes)
-    if beam_size == 1:
-        if n_best != 1:
-            raise UserError(f"need 1 <= --n-best ({n_best}) <= --beam-size ({beam_size})")
-        return greedy_search(model, src, src_mask, max_len_ratio, max_len_offset, need_attention, vocabulary,
-                             prefixes)
-    return beam_search(model, src, src_mask, beam_size, length_penalty, n_best, max_len_ratio,
-                       max_len_offset, need_attention, vocabulary, prefixes)
+    if decode.beam == 1:
+        return greedy_search(model, src, src_mask, ratio, MAX_LEN_OFFSET, need_attention, vocabulary, prefixes)
+    return beam_search(model, src, src_mask, decode.beam, decode.length_penalty, decode.n_best, ratio,
+                       MAX_LEN_OFFSET, need_attention, vocabulary, prefixes)

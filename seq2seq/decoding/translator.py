@@ -14,6 +14,7 @@ never saw longer sentences; decoding cost grows with length).
 """
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import sys
 import time
@@ -26,37 +27,24 @@ import numpy as np
 import torch
 
 from ..checkpoint.loaded import LoadedCheckpoint
-from ..config import DEFAULT_BEAM_SIZE, AlignConfig, DecodeConfig, check_decoding
+from ..config import AlignConfig, DecodeConfig
 from ..errors import UserError
 from ..models.base import EncoderDecoder
 from ..models.compiled import compile_decoding, compile_pays
 from ..nn.packed import pack_for_decoding
-from ..runtime import LOGGER, allow_tf32, precision_warning, resolve_device
+from ..runtime import LOGGER, ieee_fp32, precision_warning, resolve_device
 from .scoring import pad_ids
 from .shortlist import FILE_NAME, Shortlist
 from .ensemble import EnsembleModel
 from .constrained import ConstraintTooLong, constrained_beam_search
 from .constraints import SentenceConstraints
 from .prefix import Prefixes, PrefixSpeller
-from .search import Sampling, attach_confidence, translate_batch
+from .search import attach_confidence, translate_batch
 from ..tokenizer import EOS_ID, PAD_ID, Tokenizer
 
 
-#: Decoder rows (sentences x beams) per batch when no batch size is given: greedy batches of 320
-#: sentences, beam-5 batches of 64. Every decoding step reads all decoder weights however few rows
-#: it has, so greedy decoding gains from wide batches; beam search is flat across widths
-#: (docs/performance.md).
-DECODER_ROWS = 320
-
 DECODING_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
                    "int8": torch.float32}  # int8: fp32 model, linear layers quantized (seq2seq.nn.quantize)
-
-
-def default_batch_size(beam_size: int | None, sample: bool = False, n_best: int = 1) -> int:
-    """Sentences per batch when none is given: DECODER_ROWS / decoder rows per sentence, which
-    are ``beam_size`` (None: ``DEFAULT_BEAM_SIZE``) for search and ``n_best`` samples with ``sample``."""
-    rows = n_best if sample else DEFAULT_BEAM_SIZE if beam_size is None else beam_size
-    return max(1, DECODER_ROWS // max(1, rows))
 
 
 @dataclass
@@ -128,7 +116,8 @@ class Translator:
 
     def __init__(self, model: EncoderDecoder, tokenizer: Tokenizer, device: torch.device | str = "cpu",
                  max_input_tokens: int = DecodeConfig.max_input_tokens, shortlist: Shortlist | None = None,
-                 checkpoints: Sequence[str | Path] = ()) -> None:
+                 checkpoints: Sequence[str | Path] = (), compiled: bool = False,
+                 supervised_attention: tuple[int, list[int]] | None = None) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.device = torch.device(device)
@@ -138,15 +127,16 @@ class Translator:
         self._speller: PrefixSpeller | None = None  # built on the first call with prefixes
         #: (layer, heads) that guided alignment trained to align (``RunConfig.supervised_attention``), read by
         #: default by the alignment export, ``seq2seq align`` and ``serve`` (``AlignConfig.for_model``)
-        self.supervised_attention: tuple[int, list[int]] | None = None
+        self.supervised_attention = supervised_attention
         #: whether the model decodes one sentence at a time through a compiled step (``from_checkpoints``)
-        self.compiled = False
+        self.compiled = compiled
 
     @classmethod
     def from_checkpoint(cls, path: str | Path | Sequence[str | Path], device: str = "auto",
                         max_input_tokens: int = DecodeConfig.max_input_tokens,
                         precision: str = "fp32", shortlist: str | Path | None = None,
-                        compile: bool | None = False) -> "Translator":
+                        compile: bool | None = False,
+                        shortlist_sizes: tuple[int | None, int | None] | None = None) -> "Translator":
         """A checkpoint file or run directory; a list of them is ``from_checkpoints`` (an ensemble).
 
         ``precision`` fp16 / bf16 stores the weights and runs decoding in half precision: it
@@ -162,16 +152,18 @@ class Translator:
         int8 translation can depend on the sentences batched with it.
 
         ``shortlist``: a file written by ``seq2seq shortlist`` (training writes the run's
-        ``shortlist.npz``), or "auto" for the one next to the checkpoint. ``compile``: see
-        ``from_checkpoints``."""
+        ``shortlist.npz``), or "auto" for the one next to the checkpoint; ``shortlist_sizes``
+        (translations per source token, frequent tokens; None keeps the file's) resizes it.
+        ``compile``: see ``from_checkpoints``."""
         paths = [path] if isinstance(path, (str, Path, LoadedCheckpoint)) else list(path)
-        return cls.from_checkpoints(paths, device, max_input_tokens, precision, shortlist, compile)
+        return cls.from_checkpoints(paths, device, max_input_tokens, precision, shortlist, compile, shortlist_sizes)
 
     @classmethod
     def from_checkpoints(cls, paths: Sequence[str | Path | LoadedCheckpoint], device: str = "auto",
                          max_input_tokens: int = DecodeConfig.max_input_tokens,
                          precision: str = "fp32", shortlist: str | Path | None = None,
-                         compile: bool | None = False) -> "Translator":
+                         compile: bool | None = False,
+                         shortlist_sizes: tuple[int | None, int | None] | None = None) -> "Translator":
         """One checkpoint: its model; several: their ensemble (``EnsembleModel``: at every step the
         mean of the members' probabilities), of any mix of architectures. They must share the
         SentencePiece model (else a UserError naming both files, before any model is built).
@@ -201,7 +193,6 @@ class Translator:
             loaded.append(member)
         path, config, tokenizer = loaded[0].path, loaded[0].config, loaded[0].tokenizer
         dev = resolve_device(device)
-        allow_tf32(False)  # fp32 means IEEE fp32 here too: PyTorch's default runs cuDNN RNNs in TF32
         if precision == "int8" and dev.type != "cpu":
             raise UserError(f"--precision int8 runs on CPU only (quantized CPU kernels); on {dev.type} "
                             "use --precision fp16 or bf16, or --device cpu")
@@ -211,6 +202,8 @@ class Translator:
         for member_config in (member.config for member in loaded):
             if member_config.model.arch == "transformer" and member_config.model.positional == "learned":
                 max_input_tokens = min(max_input_tokens, member_config.model.max_positions - 1)
+        if shortlist_sizes is not None and shortlist is None:
+            raise UserError("--shortlist-sizes needs --shortlist")
         if shortlist is not None:
             if str(shortlist) == "auto":
                 run_dir = Path(path) if Path(path).is_dir() else Path(path).parent
@@ -219,14 +212,14 @@ class Translator:
             if shortlist.vocab_size != config.model.vocab_size:
                 raise UserError(f"shortlist covers {shortlist.vocab_size} tokens, checkpoint {path} has "
                                 f"{config.model.vocab_size}; rebuild it with `seq2seq shortlist`")
+            if shortlist_sizes is not None:
+                shortlist = shortlist.with_sizes(*shortlist_sizes)
         models = [_build(member, dev, precision) for member in loaded]
         model = models[0] if len(models) == 1 else EnsembleModel(models)
         compiled = compile_decoding(model) if (compile_pays(dev, precision) if compile is None else compile) else False
-        translator = cls(model, tokenizer, dev, max_input_tokens, shortlist,
-                         checkpoints=[str(p.path if isinstance(p, LoadedCheckpoint) else p) for p in paths])
-        translator.compiled = compiled
-        translator.supervised_attention = config.supervised_attention()  # an ensemble's attention is its first's
-        return translator
+        return cls(model, tokenizer, dev, max_input_tokens, shortlist, compiled=compiled,
+                   checkpoints=[str(p.path if isinstance(p, LoadedCheckpoint) else p) for p in paths],
+                   supervised_attention=config.supervised_attention())  # an ensemble's attention: its first's
 
     def warm_up(self, beam_sizes: Sequence[int]) -> float:
         """Translate one sentence alone at each beam size, so that a compiled model (``compile``)
@@ -239,28 +232,21 @@ class Translator:
     def translate(
         self,
         sentences: Sequence[str],
-        beam_size: int | None = DecodeConfig.beam_size,
-        length_penalty: float = DecodeConfig.length_penalty,
-        n_best: int = DecodeConfig.n_best,
-        batch_size: int | None = DecodeConfig.batch_size,
-        max_output_ratio: float = DecodeConfig.max_output_ratio,
-        need_attention: bool = True,
-        progress: bool = False,
-        first_line: int = 1,
-        sample: bool = DecodeConfig.sample,
-        top_k: int = DecodeConfig.top_k,
-        top_p: float = DecodeConfig.top_p,
-        temperature: float = DecodeConfig.temperature,
-        seed: int | None = DecodeConfig.seed,
-        confidence: bool = False,
+        decode: DecodeConfig | None = None,
+        *,
         prefix: Sequence[str] | None = None,
         constraints: Sequence[Sequence[str]] | None = None,
-        ordered_constraints: bool = False,
+        need_attention: bool = True,
+        confidence: bool = False,
+        first_line: int = 1,
+        progress: bool = False,
+        **options: Any,
     ) -> list[Translation]:
         """Translate ``sentences`` (a list of strings, one sentence each); the result is in input
-        order. The defaults are ``seq2seq translate``'s (``DecodeConfig``: beam 5). ``batch_size``
-        sentences are decoded together (default: ``default_batch_size``); ``first_line``
-        numbers the first sentence in warnings (for streamed input).
+        order. ``decode`` says how (``DecodeConfig``; default: ``seq2seq translate``'s, beam 5);
+        ``options`` are ``DecodeConfig`` fields that override it for this call
+        (``translate(texts, beam_size=1)``). ``first_line`` numbers the first sentence in warnings
+        (for streamed input); ``progress`` shows a bar per batch.
 
         ``sample=True`` draws ``n_best`` independent samples per sentence instead of searching
         (``temperature``, ``top_k``, ``top_p``; ``beam_size`` None or 1; see ``search.Sampling``),
@@ -270,41 +256,46 @@ class Translator:
         same input position whatever the batch size or the rest of the input (to floating-point
         rounding; ``seed`` None: fresh samples every call).
 
-        ``confidence=True`` adds each output's per-token log-probabilities and entropies
-        (``Translation.token_log_probs``, ``token_entropy``, ``confidence()``): one more teacher-forced
-        pass over the outputs.
+        ``need_attention`` (default True) keeps each output's attention; ``confidence=True`` adds
+        each output's per-token log-probabilities and entropies (``Translation.token_log_probs``,
+        ``token_entropy``, ``confidence()``): one more teacher-forced pass over the outputs.
 
-        ``prefix`` (one string per sentence, "" = none) forces each output to start with that text
-        (greedy, beam, sampling and ensembles alike; ``seq2seq.decoding.prefix``): the search goes
-        through the prefix's pieces and continues from there; a prefix not ending in whitespace may
-        end inside a word, which the search completes. The prefix's tokens are part of the output
-        (its attention, its log-probability). An empty input still gives an empty output.
+        Per-sentence inputs: ``prefix`` (one string per sentence, "" = none) forces each output to
+        start with that text (greedy, beam, sampling and ensembles alike; ``seq2seq.decoding.prefix``):
+        the search goes through the prefix's pieces and continues from there; a prefix not ending in
+        whitespace may end inside a word, which the search completes. The prefix's tokens are part of
+        the output (its attention, its log-probability). An empty input still gives an empty output.
 
         ``constraints`` (one list of target phrases per sentence, [] = none) makes every output of
         that sentence contain every phrase (terminology; lexically constrained beam search with
         dynamic beam allocation, ``seq2seq.decoding.constrained``; beam or greedy, not sampling), in
         the order given with ``ordered_constraints``. Phrases more than the sentence's length bound
-        can hold are an error naming the input line."""
+        can hold are an error naming the input line.
+
+        Decoding runs in IEEE fp32 where fp32 is asked for (TF32 off for the call, ``runtime.ieee_fp32``),
+        whatever the process set."""
         if isinstance(sentences, (str, bytes)):
             raise UserError("Translator.translate takes a list of sentences, got one string; "
                             "use translate([text]) (a string would be read as one sentence per character)")
-        beam_size = check_decoding(beam_size, n_best, sample, top_k, top_p, temperature, seed)
-        sampling = None
-        if sample:  # one seed for the whole call, so sentence i's samples do not depend on the batching
-            sampling = Sampling(top_k, top_p, temperature, secrets.randbits(63) if seed is None else seed)
-        if batch_size is None:
-            batch_size = default_batch_size(beam_size, sample, n_best)
-        if batch_size < 1:
-            raise UserError(f"--batch-size must be positive, got {batch_size}")
+        decode = _decode_config(decode, options)
+        if decode.sample and decode.seed is None:  # one seed for the whole call: sentence i's samples
+            decode = dataclasses.replace(decode, seed=secrets.randbits(63))  # do not depend on the batching
+        with ieee_fp32():
+            return self._translate(sentences, decode, prefix, constraints, need_attention, confidence, first_line,
+                                   progress)
+
+    def _translate(self, sentences: Sequence[str], decode: DecodeConfig, prefix: Sequence[str] | None,
+                   constraints: Sequence[Sequence[str]] | None, need_attention: bool, confidence: bool,
+                   first_line: int, progress: bool) -> list[Translation]:
         encoded = [self._encode(text, line) for line, text in enumerate(sentences, start=first_line)]
         steps = self._prefix_steps(prefix, len(sentences), first_line)
-        wanted = self._constraints(constraints, ordered_constraints, len(sentences), sample)
+        wanted = self._constraints(constraints, decode.ordered_constraints, len(sentences), decode.sample)
         results: list[Translation | None] = [None] * len(sentences)
         order = sorted((i for i, ids in enumerate(encoded) if ids), key=lambda i: -len(encoded[i]))
         for i, text in enumerate(sentences):
             if not encoded[i]:
                 results[i] = Translation(source=text, text="", tokens=[], score=0.0, log_prob=0.0)
-        batches = [order[k:k + batch_size] for k in range(0, len(order), batch_size)]
+        batches = [order[k:k + decode.batch] for k in range(0, len(order), decode.batch)]
         if progress:
             from tqdm import tqdm
 
@@ -325,22 +316,18 @@ class Translator:
                     vocabulary = torch.unique(torch.cat([vocabulary, torch.tensor(kept, device=vocabulary.device)]))
                 try:
                     hypotheses = constrained_beam_search(
-                        self.model, src, src_mask, batch_constraints, beam_size=beam_size,
-                        length_penalty=length_penalty, n_best=n_best, max_len_ratio=max_output_ratio,
+                        self.model, src, src_mask, batch_constraints, decode,
                         need_attention=need_attention and not ensemble, vocabulary=vocabulary, prefixes=prefixes)
                 except ConstraintTooLong as exc:
                     raise UserError(
                         f"--constraints line {first_line + batch[exc.index]}: the phrases need {exc.needed} target "
                         f"pieces{' with the prefix' if prefixes is not None else ''}, but this input's output may "
-                        f"have at most {exc.bound} (its source length x --max-output-ratio {max_output_ratio:g} "
+                        f"have at most {exc.bound} (its source length x --max-output-ratio {decode.max_output_ratio:g} "
                         "+ 10): shorten or drop a phrase, or raise --max-output-ratio") from None
             else:
                 hypotheses = translate_batch(
-                    self.model, src, src_mask, beam_size=beam_size, length_penalty=length_penalty,
-                    n_best=n_best, max_len_ratio=max_output_ratio, need_attention=need_attention and not ensemble,
-                    vocabulary=vocabulary, sampling=sampling, sentence_ids=[first_line - 1 + i for i in batch],
-                    prefixes=prefixes,
-                )
+                    self.model, src, src_mask, decode, need_attention=need_attention and not ensemble,
+                    vocabulary=vocabulary, sentence_ids=[first_line - 1 + i for i in batch], prefixes=prefixes)
             members = (self.model.attach_member_attention(src, src_mask, hypotheses)
                        if ensemble and need_attention else [None] * len(batch))
             if confidence:
@@ -418,6 +405,18 @@ class Translator:
         best = alternatives[0]
         best.alternatives = alternatives
         return best
+
+
+def _decode_config(decode: DecodeConfig | None, options: dict[str, Any]) -> DecodeConfig:
+    """``decode`` (default: ``DecodeConfig()``) with ``options`` (its field names) replaced; checked."""
+    decode = DecodeConfig() if decode is None else decode
+    if not options:
+        return decode
+    unknown = sorted(set(options) - {f.name for f in dataclasses.fields(DecodeConfig)})
+    if unknown:
+        raise UserError(f"Translator.translate: unknown option(s) {', '.join(unknown)}; the decoding options are "
+                        f"DecodeConfig's fields: {', '.join(f.name for f in dataclasses.fields(DecodeConfig))}")
+    return dataclasses.replace(decode, **options)
 
 
 def _build(loaded: LoadedCheckpoint, device: torch.device, precision: str) -> EncoderDecoder:

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..decoding.ensemble import EnsembleModel
-from ..decoding.translator import Translation, Translator, default_batch_size
+from ..decoding.translator import Translation, Translator
 from ..config import AlignConfig, AttributionConfig, DecodeConfig
 from ..errors import UserError
 from ..io_utils import atomic_output, chunks, iter_lines, read_lines
@@ -58,7 +58,6 @@ class TranslateJob:
     prefix: str | None = None  # one target prefix per input line ("" = none): outputs start with it
     contrast: str | None = None  # one alternative translation per input line: contrastive attribution
     constraints: str | None = None  # per input line, tab-separated target phrases every output must contain
-    ordered_constraints: bool = False  # the phrases must appear in the order given
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     device: str = "auto"
     precision: str = "fp32"
@@ -84,12 +83,9 @@ def translate_stream(job: TranslateJob) -> int:
     decode = job.decode
     translator = Translator.from_checkpoints(job.checkpoints, device=job.device,
                                              max_input_tokens=decode.max_input_tokens, precision=job.precision,
-                                             shortlist=job.shortlist, compile=job.compile)
+                                             shortlist=job.shortlist, compile=job.compile,
+                                             shortlist_sizes=job.shortlist_sizes)
     job = dataclasses.replace(job, align=job.align.for_model(translator.supervised_attention))
-    if job.shortlist_sizes is not None:
-        if translator.shortlist is None:
-            raise UserError("--shortlist-sizes needs --shortlist")
-        translator.shortlist = translator.shortlist.with_sizes(*job.shortlist_sizes)
     references = read_lines(job.reference, "--reference") if job.reference else None
     per_line = {flag: (path, read_lines(path, flag))  # files with one line per input line
                 for flag, path in (("--prefix", job.prefix), ("--contrast", job.contrast),
@@ -98,11 +94,7 @@ def translate_stream(job: TranslateJob) -> int:
                                              for flag in ("--prefix", "--contrast", "--constraints"))
     constraints = None if constraint_lines is None else [line.split("\t") for line in constraint_lines]
     interactive = job.input in (None, "-") and sys.stdin.isatty()
-    if decode.batch_size is None:
-        batch_size = default_batch_size(decode.beam_size, decode.sample, decode.n_best)
-    else:
-        batch_size = decode.batch_size
-    chunk_size = 1 if interactive else batch_size * 16
+    chunk_size = 1 if interactive else decode.batch * 16
     texts: list[str] = []  # kept only for --reference scoring
     done = 0
     with ExitStack() as stack:
@@ -111,13 +103,9 @@ def translate_stream(job: TranslateJob) -> int:
         for chunk in chunks(iter_lines(job.input, "--input"), chunk_size):
             _check_per_line(per_line, job.input, done + len(chunk), final=False)
             results = translator.translate(
-                chunk, beam_size=decode.beam_size, length_penalty=decode.length_penalty, n_best=decode.n_best,
-                prefix=None if prefixes is None else prefixes[done:done + len(chunk)],
+                chunk, decode, prefix=None if prefixes is None else prefixes[done:done + len(chunk)],
                 constraints=None if constraints is None else constraints[done:done + len(chunk)],
-                ordered_constraints=job.ordered_constraints,
-                batch_size=batch_size, max_output_ratio=decode.max_output_ratio, need_attention=job.need_attention,
-                first_line=done + 1, sample=decode.sample, top_k=decode.top_k, top_p=decode.top_p,
-                temperature=decode.temperature, seed=decode.seed,
+                need_attention=job.need_attention, first_line=done + 1,
                 confidence=job.output_format == "jsonl" or bool(job.html),  # the viewer shades by it
             )
             if job.output_format == "jsonl":

@@ -13,6 +13,7 @@ docs/guides/serving.md.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from contextlib import asynccontextmanager
 from dataclasses import asdict
 from functools import partial
@@ -21,7 +22,6 @@ import torch
 from fastapi import FastAPI, HTTPException, Request, Response
 
 from ..version import __version__
-from ..config import check_decoding
 from ..decoding.translator import Translation, Translator
 from ..errors import UserError
 from ..runtime import LOGGER
@@ -102,19 +102,18 @@ def create_app(translator: Translator, settings: ServeSettings | None = None) ->
 
 
 def decode_options(body: TranslateRequest, settings: ServeSettings) -> DecodeOptions:
-    """The request's options over the server's defaults, checked as ``seq2seq translate`` checks them (422)."""
-    beam = settings.beam_size if body.beam_size is None else body.beam_size
-    n_best = settings.n_best if body.n_best is None else body.n_best
+    """The request's options over the server's defaults (``settings.decode``), checked where the
+    ``DecodeConfig`` is built, as for ``seq2seq translate`` (422)."""
+    asked = {"beam_size": body.beam_size, "n_best": body.n_best, "length_penalty": body.length_penalty}
     try:
-        beam = check_decoding(beam, n_best)
+        decode = dataclasses.replace(settings.decode, ordered_constraints=body.ordered_constraints,
+                                     **{name: value for name, value in asked.items() if value is not None})
     except UserError as exc:
         raise HTTPException(422, str(exc).replace("--n-best", "n_best").replace("--beam-size", "beam_size")) from None
-    if beam > settings.limits.max_beam_size:
-        raise HTTPException(422, f"beam_size {beam} is above this server's limit of {settings.limits.max_beam_size} "
-                                 "(--max-beam-size); ask for a smaller beam")
-    penalty = settings.length_penalty if body.length_penalty is None else body.length_penalty
-    return DecodeOptions(beam, n_best, penalty, need_attention=body.alignments or body.attention,
-                         need_confidence=body.confidence, ordered_constraints=body.ordered_constraints)
+    if decode.beam > settings.limits.max_beam_size:
+        raise HTTPException(422, f"beam_size {decode.beam} is above this server's limit of "
+                                 f"{settings.limits.max_beam_size} (--max-beam-size); ask for a smaller beam")
+    return DecodeOptions(decode, need_attention=body.alignments or body.attention, need_confidence=body.confidence)
 
 
 def check_sentences(sentences: list[str], limits: Limits) -> None:
@@ -155,11 +154,8 @@ def translate_batch(translator: Translator, settings: ServeSettings, threads: in
     wanted = (lone_sentence_threads(translator) if len(sentences) == 1 else None) or threads
     if torch.get_num_threads() != wanted:
         torch.set_num_threads(wanted)
-    return translator.translate(sentences, prefix=prefixes if any(prefixes) else None,
+    return translator.translate(sentences, options.decode, prefix=prefixes if any(prefixes) else None,
                                 constraints=[list(c) for c in constraints] if any(constraints) else None,
-                                ordered_constraints=options.ordered_constraints,
-                                beam_size=options.beam_size, length_penalty=options.length_penalty,
-                                n_best=options.n_best, max_output_ratio=settings.max_output_ratio,
                                 need_attention=options.need_attention, confidence=options.need_confidence)
 
 

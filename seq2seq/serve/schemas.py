@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
+    from ..config import DecodeConfig
     from ..decoding.translator import Translation
     from .settings import ServeSettings
 
@@ -128,12 +129,9 @@ class ErrorBody(BaseModel):
 class DecodeOptions:
     """What a model call needs; requests are batched together only when these are equal."""
 
-    beam_size: int
-    n_best: int
-    length_penalty: float
+    decode: DecodeConfig  # checked (``decode_options``)
     need_attention: bool
     need_confidence: bool = False
-    ordered_constraints: bool = False
 
 
 def hypothesis_json(translation: Translation, index: int, settings: ServeSettings, alignments: bool,

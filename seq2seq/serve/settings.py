@@ -47,14 +47,12 @@ class Limits:
 
 @dataclass
 class ServeSettings:
-    """Everything ``create_app`` needs besides the translator. Decoding defaults are
-    ``DecodeConfig``'s (the same as ``seq2seq translate``); ``align`` is read as ``seq2seq translate
-    --align-*`` is (``AlignConfig``, ``Translation.alignment_record``)."""
+    """Everything ``create_app`` needs besides the translator. ``decode``: how requests that set no
+    option of their own are decoded (default ``DecodeConfig()``, the same as ``seq2seq translate``);
+    ``align`` is read as ``seq2seq translate --align-*`` is (``AlignConfig``,
+    ``Translation.alignment_record``)."""
 
     limits: Limits = field(default_factory=Limits)
-    beam_size: int | None = DecodeConfig.beam_size  # None: DEFAULT_BEAM_SIZE
-    n_best: int = DecodeConfig.n_best
-    length_penalty: float = DecodeConfig.length_penalty
-    max_output_ratio: float = DecodeConfig.max_output_ratio
+    decode: DecodeConfig = field(default_factory=DecodeConfig)  # requests override beam_size, n_best, length_penalty
     align: AlignConfig = field(default_factory=AlignConfig)
     precision: str = "fp32"  # shown by GET /health

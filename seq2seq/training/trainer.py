@@ -56,7 +56,6 @@ from ..runtime import (
     resolve_precision,
     seed_everything,
     synchronize,
-    tf32_kept,
 )
 from . import distributed
 from .attention_entropy import EntropyPenalty
@@ -463,8 +462,7 @@ class Trainer:
             loss_sum += sequence_loss(logits, batch.tgt_out)
             tokens += batch.num_tgt_tokens
         sources, references = self.corpus.texts("validation", self.cfg.train.eval_max_sentences)
-        with tf32_kept():  # a Translator turns TF32 off (IEEE fp32 decoding); training keeps --tf32
-            translator = Translator(self.model, self.corpus.tokenizer, self.device)
+        translator = Translator(self.model, self.corpus.tokenizer, self.device)  # decodes in IEEE fp32, leaves --tf32
         hyps = translator.translate(sources, beam_size=self.cfg.train.eval_beam_size, need_attention=False)
         scores = corpus_scores([h.text for h in hyps], references, ("bleu", "chrf"))
         if self.tensorboard.writer is not None:  # the same few sentences at every validation
