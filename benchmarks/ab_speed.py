@@ -5,7 +5,7 @@ repository root):
     python benchmarks/ab_speed.py --tree before=/tmp/before --tree after=. --rounds 5
 
 Each round runs every tree once, in a fresh process with that tree first on ``PYTHONPATH`` (its
-``seq2seq`` is the one imported; the process prints its path), one torch thread, in alternating
+``seq2seq`` is the one imported, or the process stops at once), one torch thread, in alternating
 order, so that the machine's drift hits both alike. A process decodes the toy test sentences with
 the two checkpoints of ``tests/data/pre-tiers`` (a Transformer and an RNN) through
 ``Translator.translate``: greedy and beam 5 in wide batches, beam 5 one sentence at a time, and
@@ -30,6 +30,7 @@ CHECKPOINTS = {"transformer": ROOT / "tests/data/pre-tiers/transformer.pt", "rnn
 
 CHILD = """
 import json, sys, tempfile, time
+from pathlib import Path
 import torch
 torch.set_num_threads(1)
 import seq2seq
@@ -39,10 +40,13 @@ from seq2seq.toy import toy_corpus
 from seq2seq.training.run import train
 
 args = json.loads(sys.argv[1])
+imported = Path(seq2seq.__file__).resolve()
+if Path(args["tree"]).resolve() not in imported.parents:
+    sys.exit(f"{args['tree']}: imported seq2seq from {imported}, not from the tree")
 sources = list(toy_corpus(n_train=10, n_valid=10, n_test=args["sentences"], seed=5)["test"]["src"])
 modes = {"greedy": ({"beam_size": 1}, False), "beam 5": ({"beam_size": 5}, False),
          "beam 5, batch 1": ({"beam_size": 5}, True), "sampling": ({"sample": True, "seed": 1}, False)}
-result = {"seq2seq": seq2seq.__file__}
+result = {}
 for arch, checkpoint in args["checkpoints"].items():
     translator = Translator.from_checkpoint(checkpoint, device="cpu")
     for name, (options, one_by_one) in modes.items():
@@ -57,6 +61,9 @@ for arch, checkpoint in args["checkpoints"].items():
             count = len(sources)
         result[f"{arch} {name} sentences/s"] = count / (time.perf_counter() - start)
 with tempfile.TemporaryDirectory() as tmp:
+    if not args["train_steps"]:
+        print(json.dumps(result))
+        sys.exit(0)
     config = RunConfig.from_dict({"model": {"arch": "transformer", "d_model": 64, "heads": 4, "ff_size": 128,
                                             "layers": 2},
                                   "data": {"toy_size": 1000, "vocab_size": 120, "cache_dir": tmp + "/cache"},
@@ -71,18 +78,14 @@ print(json.dumps(result))
 
 
 def measure(tree: Path, args: argparse.Namespace) -> dict:
-    job = {"sentences": args.sentences, "batch1": args.batch1_sentences, "train_steps": args.train_steps,
-           "checkpoints": {arch: str(path) for arch, path in CHECKPOINTS.items()}}
+    job = {"tree": str(tree), "sentences": args.sentences, "batch1": args.batch1_sentences,
+           "train_steps": args.train_steps, "checkpoints": {arch: str(path) for arch, path in CHECKPOINTS.items()}}
     env = {**os.environ, "PYTHONPATH": str(tree.resolve()), "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(job)], capture_output=True, text=True, env=env,
                           cwd=tree)
     if done.returncode:
         raise SystemExit(f"{tree}: exit {done.returncode}\n{done.stderr[-3000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    imported = Path(result.pop("seq2seq")).resolve()
-    if tree.resolve() not in imported.parents:
-        raise SystemExit(f"{tree}: imported seq2seq from {imported}, not from the tree")
-    return result
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def table(record: dict) -> str:
@@ -102,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--sentences", type=int, default=400, help="toy test sentences decoded in wide batches")
     parser.add_argument("--batch1-sentences", type=int, default=60, help="sentences decoded one at a time")
-    parser.add_argument("--train-steps", type=int, default=150)
+    parser.add_argument("--train-steps", type=int, default=150, help="0: decoding only")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "ab-speed.json")
     args = parser.parse_args(argv)
     trees = dict(tree.split("=", 1) for tree in args.tree)

@@ -23,7 +23,6 @@ from pydantic import (
 
 from .errors import UserError
 
-RNN_ATTENTIONS = ("bahdanau", "luong-dot", "luong-general", "luong-concat")
 #: Why a sparse ``attention_normalizer`` cannot run, and the fix (``seq2seq.nn.normalizers``)
 ENTMAX_MISSING = ("--attention-normalizer sparsemax and entmax15 need the entmax package: "
                   "pip install 'seq2seq[sparse]' (or pip install entmax)")

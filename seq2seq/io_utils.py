@@ -168,6 +168,16 @@ def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
         yield chunk
 
 
+def check_report_dir(out: Path, flag: str, kind: str) -> None:
+    """``flag``'s directory ``out`` may be new, empty, or an earlier ``kind`` report (it holds
+    ``report.json``; replaced); anything else is refused, so no one's files are overwritten."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{flag} {out} is a file; give a directory for the report")
+    if out.is_dir() and any(out.iterdir()) and not (out / "report.json").is_file():
+        raise UserError(f"{flag} {out} exists and is not a {kind} report (no report.json); "
+                        "choose a new directory or empty it")
+
+
 @contextmanager
 def atomic_directory(path: str | Path, force: bool = False, flag: str = "OUT") -> Iterator[Path]:
     """Yield an empty temp directory beside ``path`` that becomes ``path`` if the block succeeds and is
@@ -233,6 +243,22 @@ def read_lines(path: str | Path, flag: str = "") -> list[str]:
     if lines[-1] == "":
         lines.pop()
     return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def read_parallel(source: str | Path, target: str | Path, source_flag: str = "--source",
+                  target_flag: str = "--target", allow_empty: bool = False) -> tuple[list[str], list[str]]:
+    """Two line-aligned files (``read_lines``): the same number of lines, and at least one unless
+    ``allow_empty``; errors name both files by their flags (a flag "" names the path alone)."""
+    sources, targets = read_lines(source, source_flag), read_lines(target, target_flag)
+    def named(flag: str, path: str | Path) -> str:
+        return f"{flag} {path}" if flag else str(path)
+
+    if len(sources) != len(targets):
+        raise UserError(f"{named(source_flag, source)} has {len(sources)} lines but {named(target_flag, target)} "
+                        f"has {len(targets)}; the files must be line-aligned (one sentence per line)")
+    if not sources and not allow_empty:
+        raise UserError(f"{named(source_flag, source)} is empty: give at least one sentence pair")
+    return sources, targets
 
 
 def iter_lines(path: str | Path | None, flag: str = "") -> Iterator[str]:

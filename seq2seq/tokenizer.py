@@ -26,7 +26,6 @@ from .errors import UserError
 from .io_utils import atomic_write_bytes
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-SPECIAL_IDS = frozenset((PAD_ID, UNK_ID, BOS_ID, EOS_ID))
 MODEL_TYPES = ("unigram", "bpe")
 NORMALIZATION = "nmt_nfkc"
 

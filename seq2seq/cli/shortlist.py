@@ -39,16 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from ..checkpoint.loaded import LoadedCheckpoint
     from ..decoding.shortlist import FILE_NAME, build_from_text
-    from ..io_utils import read_lines
+    from ..io_utils import read_parallel
 
     checkpoint = Path(args.checkpoint)
     tokenizer = LoadedCheckpoint.read(checkpoint).tokenizer
-    src_lines, tgt_lines = read_lines(args.source, "--source"), read_lines(args.target, "--target")
-    if len(src_lines) != len(tgt_lines):
-        raise UserError(f"--source {args.source} has {len(src_lines)} lines but --target {args.target} has "
-                        f"{len(tgt_lines)}; the files must be line-aligned")
-    if not src_lines:
-        raise UserError(f"--source {args.source} is empty")
+    src_lines, tgt_lines = read_parallel(args.source, args.target)
     run_dir = checkpoint if checkpoint.is_dir() else checkpoint.parent
     output = Path(args.output) if args.output else run_dir / FILE_NAME
     build_from_text(tokenizer, src_lines, tgt_lines, args.max_pairs).save(output)

@@ -16,7 +16,7 @@ from typing import Iterable, Iterator
 from datasets import DatasetDict
 
 from ..errors import UserError
-from ..io_utils import iter_lines, read_lines
+from ..io_utils import iter_lines, read_lines, read_parallel
 from .schema import SPLIT_FLAGS, empty_pairs, pairs_dataset
 
 log = logging.getLogger(__name__)
@@ -84,12 +84,7 @@ def load_text_dir(
         if skip_train and split == "train":
             out[split] = empty_pairs()
             continue
-        src_lines, tgt_lines = read_lines(paths[0]), read_lines(paths[1])
-        if len(src_lines) != len(tgt_lines):
-            raise UserError(
-                f"{paths[0]} has {len(src_lines)} lines but {paths[1]} has {len(tgt_lines)}; "
-                "parallel files need exactly one sentence per line, aligned line by line"
-            )
+        src_lines, tgt_lines = read_parallel(paths[0], paths[1], "", "", allow_empty=True)
         out[split] = pairs_dataset(src_lines, tgt_lines)
     return DatasetDict(out)
 

@@ -99,12 +99,6 @@ class ConstraintState:
         return ConstraintState(self.constraints, self.met, phrase, position)
 
 
-def contains_phrase(tokens: Sequence[int], phrase: Phrase) -> bool:
-    """Whether ``phrase`` occurs in ``tokens`` as consecutive tokens."""
-    n = len(phrase)
-    return any(tuple(tokens[i:i + n]) == phrase for i in range(len(tokens) - n + 1))
-
-
 def satisfied(tokens: Sequence[int], constraints: SentenceConstraints) -> bool:
     """Whether an output meets every phrase (in order, for ordered constraints) as the search
     counts it: replaying its tokens through a ``ConstraintState`` ends with every phrase met."""

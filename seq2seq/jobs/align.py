@@ -43,7 +43,7 @@ from ..decoding.scoring import teacher_force
 from ..decoding.translator import Translator
 from ..config import AlignConfig
 from ..errors import UserError
-from ..io_utils import atomic_output, markdown_table, read_lines
+from ..io_utils import atomic_output, markdown_table, read_parallel
 from ..runtime import LOGGER
 from ..tokenizer import EOS_ID
 
@@ -95,10 +95,7 @@ def _read_parallel(job: AlignJob) -> tuple[list[str], list[str], list[set[Link]]
     for flag, path in (("--source", job.source), ("--target", job.target), ("--gold", job.gold)):
         if not Path(path).is_file():
             raise UserError(f"{flag} {path}: no such file")
-    sources, targets = read_lines(job.source, "--source"), read_lines(job.target, "--target")
-    if len(sources) != len(targets):
-        raise UserError(f"--source {job.source} has {len(sources)} lines but --target {job.target} has "
-                        f"{len(targets)}; they must correspond line by line")
+    sources, targets = read_parallel(job.source, job.target, allow_empty=True)
     sure, possible = read_gold_alignments(job.gold, sources, targets)
     return sources, targets, sure, possible
 

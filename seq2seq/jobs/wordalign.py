@@ -18,7 +18,7 @@ from ..alignment.eflomal import eflomal_links
 from ..alignment.links import to_pharaoh
 from ..config import SYMMETRIZATIONS
 from ..errors import UserError
-from ..io_utils import atomic_output, read_lines
+from ..io_utils import atomic_output, read_parallel
 from ..runtime import log
 
 MISSING = "seq2seq wordalign needs eflomal, which is not installed: pip install 'seq2seq[align]'"
@@ -44,12 +44,7 @@ def word_align(job: WordAlignJob) -> int:
         import eflomal  # noqa: F401
     except ImportError:
         raise UserError(MISSING) from None
-    sources, targets = read_lines(job.source, "--source"), read_lines(job.target, "--target")
-    if len(sources) != len(targets):
-        raise UserError(f"--source {job.source} has {len(sources)} lines but --target {job.target} has "
-                        f"{len(targets)}; they must correspond line by line")
-    if not sources:
-        raise UserError(f"--source {job.source} is empty: nothing to align")
+    sources, targets = read_parallel(job.source, job.target)
     links = eflomal_links(sources, targets, job.symmetrize, job.model, job.iterations)
     with atomic_output(job.output) as out:
         out.writelines(to_pharaoh(sentence) + "\n" for sentence in links)

@@ -17,7 +17,7 @@ from ...config import DEFAULT_BEAM_SIZE, AlignConfig
 from ...data.files import read_lines
 from ...decoding.scoring import teacher_force
 from ...errors import UserError
-from ...io_utils import display_path
+from ...io_utils import check_report_dir, display_path
 from ...runtime import LOGGER, log
 from ...tokenizer import EOS_ID
 from ..compare.decode import System, load_system, resolve_checkpoint, system_names
@@ -94,15 +94,6 @@ def read_corpus(job: AnalyzeJob) -> Corpus:
             raise UserError(f"--gold-alignments {job.gold_alignments}: no such file")
         gold = read_gold_alignments(job.gold_alignments, sources, references, flag="--gold-alignments")
     return Corpus(sources, references, gold, indices, function_words(sources, job.function_words))
-
-
-def check_out_dir(out: Path) -> None:
-    """--output-dir may be new, empty, or an earlier report (replaced); anything else is refused."""
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--output-dir {out} is a file; give a directory for the report")
-    if out.is_dir() and any(out.iterdir()) and not (out / "report.json").is_file():
-        raise UserError(f"--output-dir {out} exists and holds no report.json (not an earlier report); "
-                        "choose a new directory or empty it")
 
 
 def targets_of(system: System, corpus: Corpus, job: AnalyzeJob) -> tuple[list[list[int]], list[str]]:
@@ -246,7 +237,7 @@ def analyze(job: AnalyzeJob) -> Path:
     check_args(job)
     corpus = read_corpus(job)
     out = Path(job.output_dir)
-    check_out_dir(out)
+    check_report_dir(out, "--output-dir", "analysis")
     checkpoints = [resolve_checkpoint(run) for run in job.checkpoint]
     names = system_names(checkpoints, job.names)
     systems = [load_system(str(ckpt), name, job.device) for ckpt, name in zip(checkpoints, names)]

@@ -16,7 +16,7 @@ import torch
 
 from ...alignment.links import read_gold_alignments
 from ...errors import UserError
-from ...io_utils import atomic_directory, display_path
+from ...io_utils import atomic_directory, check_report_dir, display_path
 from ...metrics import corpus_scores
 from ...runtime import log
 from ...version import __version__
@@ -163,20 +163,11 @@ def versions() -> dict[str, Any]:
 
 
 
-def check_out_dir(out: Path) -> None:
-    """--output may be new, empty, or an earlier report (replaced); anything else is refused."""
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--output {out} is a file; give a directory for the report")
-    if out.is_dir() and any(out.iterdir()) and not (out / "report.json").is_file():
-        raise UserError(f"--output {out} exists and is not a comparison report (no report.json); "
-                        "choose a new directory or empty it")
-
-
 @contextmanager
 def staged_directory(out: Path) -> Iterator[Path]:
     """``io_utils.atomic_directory`` for a report: ``out`` may be new, empty or an earlier report
-    (``check_out_dir``), and is replaced only when the new report is complete."""
-    check_out_dir(out)
+    (``check_report_dir``), and is replaced only when the new report is complete."""
+    check_report_dir(out, "--output", "comparison")
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_directory(out, force=True, flag="--output") as tmp:
         yield tmp
@@ -204,7 +195,7 @@ def compare(job: CompareJob) -> Path:
     job = dataclasses.replace(job, source_path=source_path, reference_path=reference_path, sentence_ids=sentence_ids)
     gold = read_gold_alignments(job.gold, sources, references) if job.gold else None
     out = Path(job.output)
-    check_out_dir(out)
+    check_report_dir(out, "--output", "comparison")
     checkpoints = [resolve_checkpoint(run) for run in job.runs]
     names = system_names(checkpoints, job.names)
     systems = [load_system(str(ckpt), name, job.device) for ckpt, name in zip(checkpoints, names)]
