@@ -42,6 +42,7 @@ MAX_LEN_OFFSET = 10
 #: ``translate_batch``'s default: greedy search.
 GREEDY = DecodeConfig(beam_size=1)
 
+
 @dataclass
 class Hypothesis:
     """One output. ``tokens`` exclude BOS/EOS; ``log_prob`` is the raw sum of log-probabilities
@@ -212,8 +213,8 @@ def beam_search(
         raise UserError(f"need 1 <= --n-best ({n_best}) <= --beam-size ({beam_size})")
     with eval_mode(model, inference=True):
         beams = Beams(model, src, src_mask, beam_size, length_penalty,
-                       max_lengths(model, src_mask, max_len_ratio, max_len_offset, prefixes),
-                       OutputVocabulary(model, vocabulary), prefixes, n_best)
+                      max_lengths(model, src_mask, max_len_ratio, max_len_offset, prefixes),
+                      OutputVocabulary(model, vocabulary), prefixes, n_best)
         return run_beams(beams, n_best, need_attention, src, src_mask)
 
 
