@@ -53,23 +53,16 @@ def allow_tf32(enabled: bool) -> None:
 
 
 @contextmanager
-def tf32_kept():
-    """Restores the TF32 switches (``allow_tf32``) to what they were on entry, whatever the body sets."""
-    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
-
-
-@contextmanager
 def ieee_fp32():
     """TF32 off for the block (``allow_tf32(False)``: fp32 means IEEE fp32, for cuDNN's RNNs too) and
     the switches as they were afterwards: decoding and scoring inside a process that trains with
     ``--tf32``, or a Python caller's own setting, are left alone."""
-    with tf32_kept():
-        allow_tf32(False)
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    allow_tf32(False)
+    try:
         yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
 def synchronize(device: torch.device) -> None:
