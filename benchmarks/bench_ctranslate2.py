@@ -13,7 +13,8 @@
 3. Record sentences/s, target subwords/s (output subwords + EOS), ms per target subword, BLEU and
    chrF (sacreBLEU) of each, the share of outputs identical to ours in fp32 in the same mode, and the
    warm-up (the first 8 sentences; for the compiled engine its compilation); ``--out`` (JSON + md).
-   ``--modes`` measures only some of the four modes.
+   ``--modes`` measures only some of the four modes, ``--engines`` only some engines (ours in fp32,
+   the reference of the others, always).
 4. The memory-bandwidth floor of one decoding step: the decoder's and output layer's fp32 bytes
    over the read bandwidth measured here for a buffer of that size (cache-resident when it fits)
    and for one of 256 MB (main memory).
@@ -148,7 +149,7 @@ def run(args: argparse.Namespace) -> dict:
             batch = batch or DecodeConfig(beam_size=beam).batch
             reference_outputs = None
             for precision in ("fp32", "int8"):
-                for name in ENGINES:  # back to back, ours first
+                for name in args.engines:  # back to back, ours first
                     if name == "ours compiled" and (batch != 1 or precision != "fp32"):
                         continue  # compiled decoding is for one sentence at a time, in fp32
                     job = {"engine": name, "precision": precision, "beam": beam, "batch": batch,
@@ -216,10 +217,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="threads for both engines (0 = every core)")
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES), metavar="MODE",
                         help=f"the modes to measure (default: all of {', '.join(map(repr, MODES))})")
+    parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES), metavar="ENGINE",
+                        help=f"the engines to measure (default: all of {', '.join(map(repr, ENGINES))}; "
+                             "'ours' is always measured: the reference)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "ctranslate2.json")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # one engine, precision and mode (``worker``)
     args = parser.parse_args(argv)
     args.threads = args.threads or os.cpu_count()
+    args.engines = [name for name in ENGINES if name == "ours" or name in args.engines]  # ours first
     if args.worker:
         return worker(args)
     record = run(args)

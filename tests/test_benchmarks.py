@@ -284,12 +284,13 @@ def test_ctranslate2_benchmark_decodes_with_both_engines_in_every_mode(data, tmp
     out = tmp_path / "ct2.json"
     script("bench_ctranslate2.py", "--checkpoint", str(run_dir), "--data-dir", str(data), "--src", "en", "--tgt",
            "de", "--test-split", "test", "--batch1-sentences", "2", "--threads", "1", "--out", str(out),
-           "--modes", "beam 5", "greedy, batch 1", cwd=tmp_path)  # one compiled mode: each costs a minute
+           "--modes", "beam 5", "greedy, batch 1", "--engines", "ctranslate2", cwd=tmp_path)
+    # not "ours compiled": a minute of compiling, its outputs are test_static_step's
     record = check_record(out, "ctranslate2")
     rows = {(r["mode"], r["engine"], r["precision"]): r for r in record["results"]}
-    assert len(rows) == 9 and rows[("greedy, batch 1", "ours", "fp32")]["sentences"] == 2
-    assert rows[("greedy, batch 1", "ours compiled", "fp32")]["identical_to_ours_fp32"] == 1.0
-    assert ("beam 5", "ours compiled", "fp32") not in rows and record["bandwidth_floor"]["decoder_bytes"] > 0
+    assert len(rows) == 8 and rows[("greedy, batch 1", "ours", "fp32")]["sentences"] == 2
+    assert 0 <= rows[("greedy, batch 1", "ctranslate2", "fp32")]["identical_to_ours_fp32"] <= 1  # an untrained model
+    assert record["bandwidth_floor"]["decoder_bytes"] > 0
     assert rows[("beam 5", "ours", "fp32")]["identical_to_ours_fp32"] == 1.0
     assert "| beam 5 | int8 | ctranslate2 |" in (tmp_path / "ct2.md").read_text()
 

@@ -47,7 +47,10 @@ class CompiledObjective:
         if self.graphs:  # a new training step: the previous step's graph outputs are consumed
             torch.compiler.cudagraph_mark_step_begin()
         try:
-            return self._compiled(*args)
+            # Without duck sizing, equal sizes of different dimensions (a batch as long as it is
+            # wide) are not assumed equal ever after: one graph, not a recompile at the next step.
+            with torch.fx.experimental._config.patch(use_duck_shape=False):
+                return self._compiled(*args)
         except TorchDynamoException as exc:
             reason = (str(exc).strip().splitlines() or [""])[0][:300]
             raise UserError(f"--compile: torch.compile failed ({type(exc).__name__}: {reason}); "
