@@ -5,8 +5,10 @@
 1. For each of --modes: ``batching`` (dynamic batching: --max-batch-sentences, --max-wait-ms) and
    ``no-batching`` (--max-batch-sentences 1 --max-wait-ms 0: one model call per request), start
    ``python -m seq2seq serve`` (``--compile``: auto, on or off) on a free loopback port and wait for
-   its URL: the start-up seconds (with compiled decoding, its compilation), then one request of one
-   sentence alone: the first request's latency.
+   its URL: the start-up seconds, then one request of one sentence alone: the first request's latency
+   (with ``--compile``, answered uncompiled while the server compiles in the background), then wait
+   until ``/health`` says the compiled decoding is live (or failed, or off): the seconds from the
+   start to that.
 2. --clients concurrent clients (asyncio + httpx, one keep-alive connection each) send --requests
    requests of --sentences-per-request sentences from the source side of the Multi30k test split
    (cycled if there are fewer), until all are sent or --seconds have passed; after a short warm-up.
@@ -101,16 +103,31 @@ async def load(url: str, requests: list[list[str]], args: argparse.Namespace) ->
     return {"seconds": time.perf_counter() - start, "latencies": latencies, "errors": dict(errors)}
 
 
+def wait_for_compiled(url: str, started: float, timeout: float) -> tuple[str, float]:
+    """The server's compiled-decoding status once it is no longer "compiling" and the seconds since
+    ``started`` (the process start) at that moment."""
+    import httpx
+
+    deadline = time.perf_counter() + timeout
+    while (status := httpx.get(url + "/health", timeout=60).json()["compiled"]) == "compiling":
+        if time.perf_counter() > deadline:
+            raise SystemExit(f"the server's decoding did not compile within {timeout} s (--startup-timeout)")
+        time.sleep(0.2)
+    return status, time.perf_counter() - started
+
+
 def run_mode(mode: str, requests: list[list[str]], args: argparse.Namespace) -> dict:
     """Steps 1-2 for one mode."""
     import httpx
 
+    started = time.perf_counter()
     proc, url, command, startup = start_server(args, mode)
     try:
         health = httpx.get(url + "/health", timeout=60).json()
         start = time.perf_counter()
         httpx.post(url + "/translate", json={"sentences": requests[0][:1]}, timeout=args.timeout).raise_for_status()
         first_ms = 1000 * (time.perf_counter() - start)
+        compiled, compiled_seconds = wait_for_compiled(url, started, args.startup_timeout)
         asyncio.run(load(url, requests[: args.warmup], args))
         before = httpx.get(url + "/health", timeout=60).json()
         result = asyncio.run(load(url, requests, args))
@@ -127,7 +144,8 @@ def run_mode(mode: str, requests: list[list[str]], args: argparse.Namespace) -> 
     print(f"[{mode}] {ok} requests in {result['seconds']:.1f} s, errors {result['errors']}, exit {exit_code}",
           file=sys.stderr, flush=True)
     return {"server_command": " ".join(command[1:]), "arch": health["arch"], "device": health["device"],
-            "startup_seconds": startup, "first_request_ms": first_ms,
+            "startup_seconds": startup, "first_request_ms": first_ms, "compiled": compiled,
+            "compiled_seconds": compiled_seconds,
             "requests_ok": ok, "errors": result["errors"], "seconds": result["seconds"],
             "requests_per_s": ok / result["seconds"], "sentences_per_s": sentences / result["seconds"],
             "latency_ms": {**percentiles, "mean": float(milliseconds.mean()) if ok else None,
@@ -154,7 +172,7 @@ def serve_table(record: dict) -> str:
     rows = [[mode, s["clients"], r["requests_ok"], f"{r['requests_per_s']:.1f}", f"{r['sentences_per_s']:.1f}",
              *(f"{r['latency_ms'].get(q, float('nan')):.0f}" for q in ("p50", "p95", "p99")), r["model_calls"],
              f"{r['mean_batch']:.1f}" if r["mean_batch"] else "-", f"{r['startup_seconds']:.1f}",
-             f"{r['first_request_ms']:.0f}"] for mode, r in record["modes"].items()]
+             f"{r['first_request_ms']:.0f}", f"{r['compiled']} {r['compiled_seconds']:.1f} s"] for mode, r in record["modes"].items()]
     ref = record["reference"]
     head = [f"`seq2seq serve` on loopback, {s['clients']} concurrent clients, {s['sentences_per_request']} "
             f"sentence(s) per request, beam {s['beam_size']}, batching: --max-batch-sentences "
@@ -164,7 +182,7 @@ def serve_table(record: dict) -> str:
                 f"{ref['sentences_per_s']:.1f} sentences/s."]
     return "\n".join(head) + markdown_table(
         ["mode", "clients", "requests", "requests/s", "sentences/s", "p50 ms", "p95 ms", "p99 ms", "model calls",
-         "mean batch", "start-up s", "first request ms"], rows) + "\n".join(["", *foot]) + "\n"
+         "mean batch", "start-up s", "first request ms", "compiled after"], rows) + "\n".join(["", *foot]) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

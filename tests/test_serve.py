@@ -29,6 +29,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from seq2seq.cli import serve as serve_cli  # noqa: E402
 from seq2seq.decoding.translator import Translator  # noqa: E402
 from seq2seq.errors import UserError  # noqa: E402
+from seq2seq.models import compiled  # noqa: E402
 from seq2seq.serve import Batcher, BatcherClosed, Limits, QueueFull, ServeSettings, create_app  # noqa: E402
 from seq2seq.serve.server import bind_socket  # noqa: E402
 from test_align_cli import checkpoint  # noqa: E402,F401  (the tiny trained checkpoint, a module fixture)
@@ -281,6 +282,41 @@ def test_a_client_that_disconnects_is_dropped_and_the_worker_goes_on(translator)
 # ----------------------------------------------------------------------------- the command
 
 
+def test_the_server_answers_while_its_decoding_compiles_and_health_says_when_it_is_live(checkpoint, monkeypatch):  # noqa: F811
+    """Compiled decoding is built in the background (Dynamo's "eager" backend here: tracing and
+    guards, no code generation); requests are answered meanwhile, with the same translations."""
+    monkeypatch.setattr(compiled, "BACKEND", "eager")
+    translator = Translator.from_checkpoint(checkpoint, device="cpu")  # its own: this one gets compiled
+    release, warm_up = threading.Event(), Translator.warm_up
+    monkeypatch.setattr(Translator, "warm_up", lambda self, beams: release.wait(60) and warm_up(self, beams))
+    job = translator.compile_in_background([1, 5], threads=1)
+    with TestClient(create_app(translator, ServeSettings(), job)) as client:
+        try:
+            assert health(client)["compiled"] == "compiling"
+            assert_good_request_works(client, translator)
+        finally:
+            release.set()
+        assert job.wait(60) == "ready" and translator.compiled
+        assert health(client)["compiled"] == "ready"
+        assert_good_request_works(client, translator)
+    assert {key[0] for key in translator.model.compiled_step.graphs} == {1, 5}
+
+
+@pytest.mark.parametrize("flag,compiles", [("auto", True), ("on", True), ("off", False)])
+def test_serve_starts_listening_with_its_compilation_under_way(checkpoint, monkeypatch, flag, compiles):  # noqa: F811
+    monkeypatch.setattr(compiled, "BACKEND", "eager")
+    started = {}
+    monkeypatch.setattr("seq2seq.serve.server.run_server",
+                        lambda translator, settings, host, port, quiet, compiling: started.update(
+                            compiling=compiling, status=compiling and compiling.status))
+    assert serve_cli.main(["--checkpoint", str(checkpoint), "--device", "cpu", "--compile", flag, "--beam-size",
+                           "3", "--quiet"]) == 0
+    job = started["compiling"]
+    assert (job is not None) == compiles
+    if compiles:
+        assert started["status"] == "compiling" and job.wait(60) == "ready"  # listening came first
+
+
 def test_serve_flags_are_checked_before_loading_anything(capsys, tmp_path):
     missing = str(tmp_path / "none.pt")
     for flags, words in ((["--max-wait-ms", "-1"], "--max-wait-ms must be"),
@@ -370,8 +406,9 @@ def test_the_real_server_batches_drops_a_vanished_client_and_finishes_in_flight_
 
 
 def test_serve_benchmark_smoke_run_records_the_mode_and_the_reference(checkpoint, tmp_path):  # noqa: F811
-    """One mode (each is a server start), eager (a compiling start costs a minute here; the compiled
-    path is tested in test_static_step and through bench_ctranslate2); the other modes' flags are checked below."""
+    """One mode (each is a server start), eager (a compiling start costs a minute of CPU here; the
+    compiled path is tested in test_static_step, its background compile above); the other modes'
+    flags are checked below."""
     (tmp_path / "test.en").write_text("\n".join(SOURCES[:2] + SOURCES[3:]) + "\n", encoding="utf-8")
     out = tmp_path / "serve.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_serve.py"), "--checkpoint",
@@ -390,6 +427,7 @@ def test_serve_benchmark_smoke_run_records_the_mode_and_the_reference(checkpoint
     assert set(mode["latency_ms"]) == {"p50", "p95", "p99", "mean", "max"} and mode["mean_batch"] == 1
     assert record["reference"]["sentences"] == 4 and record["reference"]["sentences_per_s"] > 0
     assert mode["startup_seconds"] > 0 and mode["first_request_ms"] > 0 and "--compile off" in mode["server_command"]
+    assert mode["compiled"] == "off" and mode["compiled_seconds"] >= mode["startup_seconds"]
     assert "| no-batching | 2 | 4 |" in (tmp_path / "serve.md").read_text()
 
 

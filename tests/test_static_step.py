@@ -1,6 +1,7 @@
 """The Transformer's static-shape decoding step (a preallocated key/value cache written in place) equals
 the growing cache's step, for every position encoding and through every search; compiled, it equals
 the eager step (``seq2seq.models.compiled``)."""
+import threading
 import warnings
 
 import pytest
@@ -135,7 +136,7 @@ def test_the_compiled_step_decodes_like_the_eager_one(trained, monkeypatch):
     """Greedy and beam search through the compiled step (one graph each) give the eager outputs;
     skipped where torch.compile cannot compile (no C++ compiler). Without autotuning the linear
     layers, which chooses kernels, not results, and costs half of this test's time (the full options
-    compile, and their outputs are compared, in test_benchmarks' bench_ctranslate2 run)."""
+    are measured, outputs compared, by benchmarks/bench_ctranslate2.py)."""
     monkeypatch.setattr(compiled, "INDUCTOR_OPTIONS", {k: v for k, v in compiled.INDUCTOR_OPTIONS.items()
                                                        if "autotune" not in k})
     model = make_model("transformer-pre").eval()
@@ -165,3 +166,79 @@ def test_the_compiled_step_decodes_like_the_eager_one(trained, monkeypatch):
         assert "step" in state
         logits, state, _ = model.decode_step(memory, state, bos, need_attention=False)
     assert logits.shape == (1, VOCAB) and state["step"].tolist() == [1]
+
+
+# ----------------------------------------------------------------------------- compiling in the background
+
+
+def _decode_all(model, sentences):
+    return [(greedy_search(model, *s, need_attention=False), beam_search(model, *s, beam_size=3)) for s in sentences]
+
+
+def test_a_background_compile_keeps_the_model_eager_until_its_graphs_are_ready(trained, monkeypatch):
+    """While the warm-up thread compiles (Dynamo's tracing and guards; the "eager" backend generates
+    no code), the model decodes eagerly on the growing cache with the same outputs; once ready, lone
+    sentences decode through the graphs the warm-up compiled, on its thread count."""
+    monkeypatch.setattr(compiled, "BACKEND", "eager")
+    model = make_model("transformer-pre").eval()
+    model.load_state_dict(trained.state_dict())
+    src, mask, _, _ = reverse_batch(3, torch.Generator().manual_seed(7))
+    sentences = [single(src, mask, i) for i in range(3)]
+    want = _decode_all(model, sentences)
+    warmed, release = threading.Event(), threading.Event()
+
+    def warm_up(view):
+        assert view is not model and view.static_cache and view.compiled_step is not None
+        assert list(view.parameters())[0] is list(model.parameters())[0]  # the same weights
+        _decode_all(view, sentences[:1])
+        warmed.set()
+        assert release.wait(60)
+
+    job = compiled.BackgroundCompile(model, warm_up, threads=1).start()
+    try:
+        assert warmed.wait(60)
+        assert job.status == "compiling" and model.compiled_step is None and not model.static_cache
+        for got, expected in zip(_decode_all(model, sentences), want):  # meanwhile: eager
+            _assert_same(got[0], expected[0]), _assert_same(got[1], expected[1])
+    finally:
+        release.set()
+    assert job.wait(60) == "ready" and job.seconds > 0 and job.error is None
+    assert model.static_cache and model.compiled_step.graphs == {(1, False, True, True, 1), (3, False, True, True, 1)}
+    for got, expected in zip(_decode_all(model, sentences), want):
+        _assert_same(got[0], expected[0]), _assert_same(got[1], expected[1])
+
+
+def test_a_failed_background_compile_leaves_the_model_eager_and_says_why(trained, monkeypatch):
+    def no_compiler(graph, inputs):
+        raise RuntimeError("no C++ compiler found")
+
+    monkeypatch.setattr(compiled, "BACKEND", no_compiler)
+    model = make_model("transformer-pre").eval()
+    model.load_state_dict(trained.state_dict())
+    src, mask, _, _ = reverse_batch(1, torch.Generator().manual_seed(7))
+    sentence = single(src, mask, 0)
+    want = greedy_search(model, *sentence, need_attention=False)
+    job = compiled.BackgroundCompile(model, lambda view: greedy_search(view, *sentence, need_attention=False))
+    assert job.start().wait(60) == "failed" and "no C++ compiler found" in job.error
+    assert model.compiled_step is None and not model.static_cache
+    _assert_same(greedy_search(model, *sentence, need_attention=False), want)
+
+
+def test_a_background_compile_of_an_ensemble_compiles_its_transformers_and_an_rnn_has_nothing_to_compile(
+        trained, monkeypatch):
+    monkeypatch.setattr(compiled, "BACKEND", "eager")
+    rnn, transformer = make_model("bahdanau").eval(), make_model("transformer-pre").eval()
+    ensemble = EnsembleModel([rnn, transformer])
+    src, mask, _, _ = reverse_batch(1, torch.Generator().manual_seed(7))
+    sentence = single(src, mask, 0)
+    seen = []
+
+    def warm_up(view):
+        seen.append([getattr(m, "compiled_step", None) is not None for m in getattr(view, "members", [view])])
+        assert transformer.compiled_step is None  # the model's own members are untouched until ready
+        beam_search(view, *sentence, beam_size=2)
+
+    assert compiled.BackgroundCompile(ensemble, warm_up).start().wait(60) == "ready"
+    assert seen == [[False, True]] and list(ensemble.members) == [rnn, transformer]
+    assert transformer.static_cache and transformer.compiled_step.graphs and getattr(rnn, "compiled_step", None) is None
+    assert compiled.BackgroundCompile(make_model("bahdanau"), warm_up).start().wait(60) == "off" and len(seen) == 1

@@ -15,7 +15,6 @@ import dataclasses
 
 from ..config import DEFAULT_BEAM_SIZE, DecodeConfig
 from ..errors import UserError
-from ..runtime import LOGGER
 from .common import (
     add_alignment_flags, add_dataclass_flags, add_device_flag, align_config, parser_for, run_cli,
 )
@@ -39,8 +38,9 @@ def parse_args(argv: list[str] | None):
                         "translation can depend on the sentences batched with it")
     p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
                    help="decode requests of one sentence with the Transformer's decoding step compiled "
-                        "(torch.compile; about 2x faster), compiled at start-up for the default beam size "
-                        "and greedy search (15-40 s each). auto (default): on for fp32 on CPU")
+                        "(torch.compile; about 2x faster), compiled in the background from start-up for the "
+                        "default beam size and greedy search (30-90 s each) while requests are answered "
+                        "uncompiled; GET /health says when it is live. auto (default): on for fp32 on CPU")
     p.add_argument("--shortlist", nargs="?", const="auto", default=None, metavar="FILE",
                    help="decode over a lexical shortlist, as seq2seq translate --shortlist (no FILE: the run's)")
     p.add_argument("--shortlist-sizes", nargs=2, type=int, metavar=("K", "N"), default=None,
@@ -74,22 +74,6 @@ def limits_from_args(args):
     return limits
 
 
-def warm_up(translator, beam_sizes: list[int]) -> None:
-    """Compile a compiled model now, as lone requests will run it (on their thread count), not in the
-    first request."""
-    import torch
-
-    from ..serve.app import lone_sentence_threads
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(lone_sentence_threads(translator) or threads)
-    LOGGER.info("compiling the decoding step (beam sizes %s) ...", beam_sizes)
-    try:
-        LOGGER.info("compiled in %.1f s", translator.warm_up(beam_sizes))
-    finally:
-        torch.set_num_threads(threads)
-
-
 @run_cli
 def main(argv: list[str] | None = None) -> int:
     from ..serve.settings import ServeSettings
@@ -112,14 +96,18 @@ def main(argv: list[str] | None = None) -> int:
     from ..decoding.translator import Translator
     from ..serve.server import run_server
 
-    compiled = {"auto": None, "on": True, "off": False}[args.compile]
+    from ..models.compiled import compile_pays
+    from ..serve.app import lone_sentence_threads
+
     translator = Translator.from_checkpoints(args.checkpoint, device=args.device, precision=args.precision,
                                              max_input_tokens=args.max_input_tokens, shortlist=args.shortlist,
-                                             compile=compiled, shortlist_sizes=args.shortlist_sizes)
-    if translator.compiled:
-        warm_up(translator, sorted({1, decode.beam}))
+                                             shortlist_sizes=args.shortlist_sizes)
+    compiling = None
+    if args.compile == "on" or (args.compile == "auto" and compile_pays(translator.device, args.precision)):
+        # as lone requests will run it, on their thread count; the server listens meanwhile
+        compiling = translator.compile_in_background(sorted({1, decode.beam}), lone_sentence_threads(translator))
     align = align.for_model(translator.supervised_attention)  # a guided model: its supervised heads
     check_layer_heads(align.layer, align.heads, translator.model)
     settings = ServeSettings(limits=limits, decode=decode, align=align, precision=args.precision)
-    run_server(translator, settings, args.host, args.port, args.quiet)
+    run_server(translator, settings, args.host, args.port, args.quiet, compiling)
     return 0

@@ -14,6 +14,7 @@ never saw longer sentences; decoding cost grows with length).
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import secrets
 import sys
@@ -30,7 +31,7 @@ from ..checkpoint.loaded import LoadedCheckpoint
 from ..config import AlignConfig, DecodeConfig
 from ..errors import UserError
 from ..models.base import EncoderDecoder
-from ..models.compiled import compile_decoding, compile_pays
+from ..models.compiled import BackgroundCompile, compile_decoding, compile_pays
 from ..nn.packed import pack_for_decoding
 from ..runtime import LOGGER, ieee_fp32, precision_warning, resolve_device
 from .scoring import pad_ids
@@ -228,6 +229,20 @@ class Translator:
         for beam_size in beam_sizes:
             self.translate(["warm up"], beam_size=beam_size, batch_size=1, need_attention=False)
         return time.perf_counter() - start
+
+    def compile_in_background(self, beam_sizes: Sequence[int], threads: int | None = None) -> BackgroundCompile:
+        """Compile the decoding of lone sentences (``from_checkpoints``' ``compile``) for
+        ``beam_sizes`` in a thread of its own while this translator goes on translating eagerly;
+        once compiled, lone sentences decode through the compiled step (``compiled`` turns True).
+        ``threads``: the torch threads lone sentences will run on. The returned job's ``status``
+        says where it stands (``BackgroundCompile``)."""
+        twin = copy.copy(self)
+
+        def warm_up(view: torch.nn.Module) -> None:
+            twin.model = view
+            twin.warm_up(beam_sizes)
+
+        return BackgroundCompile(self.model, warm_up, threads, on_ready=lambda: setattr(self, "compiled", True)).start()
 
     def translate(
         self,

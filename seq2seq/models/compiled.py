@@ -24,12 +24,15 @@ warning names it and decoding goes on uncompiled, on the growing cache (the fast
 """
 from __future__ import annotations
 
+import copy
+import threading
+import time
 import warnings
 from typing import Any, Callable
 
 import torch
 
-from ..runtime import LOGGER
+from ..runtime import LOGGER, log
 
 #: Inductor options: weights frozen into the graph, linear layers autotuned (C++ template vs MKL).
 #: Set while a graph is traced and compiled (Dynamo reads ``freezing`` as it traces, so
@@ -37,6 +40,9 @@ from ..runtime import LOGGER
 INDUCTOR_OPTIONS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
                     "cpp_wrapper": True,  # the graph's calling code in C++ too
                     "autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}  # quiet
+
+#: The ``torch.compile`` backend (tests use "eager": Dynamo's tracing and guards, no code generation).
+BACKEND = "inductor"
 
 
 def compile_pays(device: torch.device, precision: str) -> bool:
@@ -47,17 +53,95 @@ def compile_pays(device: torch.device, precision: str) -> bool:
     return device.type == "cpu" and precision == "fp32"
 
 
+def _members(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The models that decode: an ensemble's members, else the model itself."""
+    return list(getattr(model, "members", [model]))
+
+
+def _attach(member: torch.nn.Module, step: CompiledStep | None, encode: CompiledEncoder | None) -> None:
+    """``member`` decodes lone sentences through ``step`` and ``encode`` on preallocated caches
+    (None, None: eagerly, on the growing cache). The compiled parts first: a sentence that starts in
+    between decodes eagerly on the static cache, never half-compiled."""
+    member.compiled_step, member.compiled_encode = step, encode
+    member.static_cache = step is not None  # the eager static step is slower than the growing cache's
+
+
 def compile_decoding(model: torch.nn.Module) -> bool:
     """Give ``model`` (a Transformer; an ensemble: each Transformer member) a compiled static step
     and a compiled encoder for one sentence, so that the search decodes a lone sentence on
-    preallocated caches through them. True if any model got them."""
-    members = getattr(model, "members", [model])
+    preallocated caches through them. Each graph compiles at its first call (``BackgroundCompile``:
+    in a thread of its own, while the model decodes eagerly). True if any model got them."""
     compiled = False
-    for member in members:
+    for member in _members(model):
         if hasattr(member, "static_step"):
-            member.compiled_step, member.compiled_encode = CompiledStep(member), CompiledEncoder(member)
-            member.static_cache = compiled = True
+            _attach(member, CompiledStep(member), CompiledEncoder(member))
+            compiled = True
     return compiled
+
+
+class BackgroundCompile:
+    """``compile_decoding`` without the wait: the graphs are compiled in a thread of its own, by
+    ``warm_up(view)`` decoding through them on ``view``, a shallow copy of the model that shares its
+    parameters and submodules (an ensemble: a copy of each member); meanwhile the model itself goes
+    on decoding eagerly (a server answers at once). Once every graph the warm-up asked for compiled,
+    they are attached to the model (``status`` "ready"): the next lone sentence uses them. A failure
+    leaves the model eager (``status`` "failed", ``error`` says why); a model with nothing to compile
+    (an RNN) is "off". ``threads``: the torch threads of the warm-up thread, as the sentences it
+    prepares for will run (Dynamo compiles per thread count; the setting is per thread)."""
+
+    def __init__(self, model: torch.nn.Module, warm_up: Callable[[torch.nn.Module], Any],
+                 threads: int | None = None, on_ready: Callable[[], None] = lambda: None) -> None:
+        self.model, self.warm_up, self.threads, self.on_ready = model, warm_up, threads, on_ready
+        self.status = "compiling"
+        self.seconds: float | None = None  # how long it took, once done
+        self.error: str | None = None
+        self.thread = threading.Thread(target=self._run, name="seq2seq-compile", daemon=True)
+
+    def start(self) -> "BackgroundCompile":
+        self.thread.start()
+        return self
+
+    def wait(self, timeout: float | None = None) -> str:
+        """The status once done (or ``timeout`` seconds have passed)."""
+        self.thread.join(timeout)
+        return self.status
+
+    def _run(self) -> None:
+        start = time.perf_counter()
+        try:
+            self.status = self._compile()
+        except Exception as exc:  # the warm-up's own errors (the compiler's are Compiled's)
+            self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
+        self.seconds = time.perf_counter() - start
+        log("compiled_decoding", status=self.status, seconds=round(self.seconds, 1),
+            **({"error": repr(self.error)} if self.error else {}))
+        if self.status == "ready":
+            self.on_ready()
+
+    def _compile(self) -> str:
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        view = copy.copy(self.model)
+        view_members = _members(view)
+        if hasattr(view, "members"):  # an ensemble: a table of submodules of its own
+            object.__setattr__(view, "_modules", dict(view._modules))
+            view.members = view_members = torch.nn.ModuleList(copy.copy(m) for m in view_members)
+        parts = [(member, twin, CompiledStep(member), CompiledEncoder(member))
+                 for member, twin in zip(_members(self.model), view_members) if hasattr(member, "static_step")]
+        if not parts:
+            return "off"
+        for _, twin, step, encode in parts:
+            _attach(twin, step, encode)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a failure is reported by the status
+            self.warm_up(view)
+        failures = [c.failure for _, _, step, encode in parts for c in (step, encode) if c.failure]
+        if failures:
+            self.error = failures[0]
+            return "failed"
+        for member, _, step, encode in parts:
+            _attach(member, step, encode)
+        return "ready"
 
 
 def _dynamic(tensor: torch.Tensor, dim: int) -> None:
@@ -79,8 +163,9 @@ class Compiled:
 
     def __init__(self, function: Callable[..., Any], on_failure: Callable[[], None]) -> None:
         self.eager, self.on_failure = function, on_failure
-        self.function: Callable[..., Any] = torch.compile(function, dynamic=False)
+        self.function: Callable[..., Any] = torch.compile(function, dynamic=False, backend=BACKEND)
         self.graphs: set[tuple] = set()  # the shapes compiled so far
+        self.failure: str | None = None  # why compiling failed, if it did
 
     def call(self, key: tuple, *args: Any) -> Any:
         key = (*key, torch.get_num_threads())  # Dynamo guards on the thread count too
@@ -101,16 +186,13 @@ class Compiled:
             self.graphs.add(key)
             return result
         except Exception as exc:  # the compiler's errors are of many types; the eager path is always there
-            warnings.warn(f"compiled decoding failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
-                          "decoding uncompiled", RuntimeWarning, stacklevel=3)
+            cause = getattr(exc, "inner_exception", None) or exc  # a compiler's error inside Dynamo's wrapper
+            self.failure = f"{type(cause).__name__}: {(str(cause).splitlines() or [''])[0][:200]}"
+            warnings.warn(f"compiled decoding failed ({self.failure}); decoding uncompiled", RuntimeWarning,
+                          stacklevel=3)
             LOGGER.debug("compiled decoding failed", exc_info=True)
             self.on_failure()
             return self.eager(*args)
-
-
-def _uncompile(model: torch.nn.Module) -> None:
-    model.compiled_step = model.compiled_encode = None
-    model.static_cache = False  # the eager static step is slower than the growing cache's
 
 
 class CompiledStep(Compiled):
@@ -125,7 +207,7 @@ class CompiledStep(Compiled):
     model); should some other global state change, the call compiles a graph for it."""
 
     def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__(model.static_step, lambda: _uncompile(model))
+        super().__init__(model.static_step, lambda: _attach(model, None, None))
         self.mask: tuple[torch.Tensor, torch.Tensor] | None = None  # the last memory's mask, made dense
 
     def __call__(self, memory: dict, caches: list, position: torch.Tensor, tokens: torch.Tensor,
@@ -146,7 +228,7 @@ class CompiledEncoder(Compiled):
     """``model.encode_eager`` compiled for one sentence of any length (one graph)."""
 
     def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__(model.encode_eager, lambda: _uncompile(model))
+        super().__init__(model.encode_eager, lambda: _attach(model, None, None))
 
     def __call__(self, src: torch.Tensor, src_mask: torch.Tensor) -> dict:
         src, src_mask = _dense(src), _dense(src_mask)

@@ -24,6 +24,7 @@ from fastapi import FastAPI, HTTPException, Request, Response
 from ..version import __version__
 from ..decoding.translator import Translation, Translator
 from ..errors import UserError
+from ..models.compiled import BackgroundCompile
 from ..runtime import LOGGER
 from .batcher import Batcher, BatcherClosed, QueueFull
 from .http import BodyLimit, install_error_handlers, json_bytes
@@ -37,9 +38,11 @@ ERRORS = {code: {"model": ErrorBody, "description": text} for code, text in (
     (503, "the server is shutting down"), (504, "no answer within --request-timeout"))}
 
 
-def create_app(translator: Translator, settings: ServeSettings | None = None) -> FastAPI:
+def create_app(translator: Translator, settings: ServeSettings | None = None,
+               compiling: BackgroundCompile | None = None) -> FastAPI:
     """The app serving ``translator``; its batcher (``app.state.batcher``) runs the model in one
-    worker thread, started with the app (or by the first request) and drained when the app stops."""
+    worker thread, started with the app (or by the first request) and drained when the app stops.
+    ``compiling``: the translator's compiled decoding under way, reported by ``/health``."""
     settings = settings or ServeSettings()
     limits = settings.limits
     run = partial(translate_batch, translator, settings, torch.get_num_threads())
@@ -92,6 +95,7 @@ def create_app(translator: Translator, settings: ServeSettings | None = None) ->
         jobs, sentences = batcher.queued
         stats = batcher.stats
         return Health(status="stopping" if batcher.closing else "ok", model=translator.checkpoints, arch=arch,
+                      compiled=compiling.status if compiling else "off",
                       device=str(translator.device), precision=settings.precision, queue_requests=jobs,
                       queue_sentences=sentences, in_flight_sentences=batcher.in_flight,
                       model_calls=stats.model_calls, sentences_translated=stats.items,

@@ -106,6 +106,8 @@ class Health(BaseModel):
     status: str = Field(description="'ok', or 'stopping' during shutdown")
     model: list[str] = Field(description="the checkpoint(s); several: an ensemble")
     arch: str
+    compiled: str = Field(description="compiled decoding of lone sentences: 'off', 'compiling' (answered uncompiled "
+                                      "meanwhile), 'ready' (live) or 'failed' (uncompiled; the log says why)")
     device: str
     precision: str
     queue_requests: int

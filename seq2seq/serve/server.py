@@ -14,6 +14,7 @@ import threading
 
 from ..decoding.translator import Translator
 from ..errors import UserError
+from ..models.compiled import BackgroundCompile
 from ..runtime import log
 from .app import create_app, describe_arch
 from .settings import ServeSettings
@@ -41,19 +42,21 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def run_server(translator: Translator, settings: ServeSettings, host: str = "127.0.0.1", port: int = 8000,
-               quiet: bool = False) -> None:
-    """Serve ``translator`` over HTTP until SIGINT / SIGTERM, then finish the requests in flight and return."""
+               quiet: bool = False, compiling: BackgroundCompile | None = None) -> None:
+    """Serve ``translator`` over HTTP until SIGINT / SIGTERM, then finish the requests in flight and
+    return. ``compiling``: its compiled decoding under way (``Translator.compile_in_background``)."""
     import uvicorn
 
     sock = bind_socket(host, port)
     port = sock.getsockname()[1]
-    app = create_app(translator, settings)
+    app = create_app(translator, settings, compiling)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning" if quiet else "info", access_log=not quiet,
                             timeout_graceful_shutdown=int(settings.limits.request_timeout) + 10, lifespan="on")
     server = uvicorn.Server(config)
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     log("serve", url=url, arch=describe_arch(translator.model).replace(" ", ""), device=translator.device,
-        max_batch_sentences=settings.limits.max_batch_sentences, max_wait_ms=settings.limits.max_wait_ms)
+        max_batch_sentences=settings.limits.max_batch_sentences, max_wait_ms=settings.limits.max_wait_ms,
+        compiled=compiling.status if compiling else "off")
     signals: list[int] = []
     previous = {}
     if threading.current_thread() is threading.main_thread():
