@@ -317,6 +317,67 @@ def test_serve_starts_listening_with_its_compilation_under_way(checkpoint, monke
         assert started["status"] == "compiling" and job.wait(60) == "ready"  # listening came first
 
 
+KEY = "k3y-" + "x" * 28
+
+
+def test_with_an_api_key_only_requests_that_carry_it_are_translated(translator):
+    settings = ServeSettings(api_key=KEY)
+    assert KEY not in repr(settings)
+    with TestClient(create_app(translator, settings)) as client:
+        refused = [client.post("/translate", json=GOOD),
+                   client.post("/translate", json=GOOD, headers={"Authorization": "Bearer " + KEY[:-1] + "y"}),
+                   client.post("/translate", json=GOOD, headers={"X-API-Key": KEY + "x"}),
+                   client.post("/translate", content=b'{"sentences": [', headers={"X-API-Key": "wrong"}),
+                   client.post("/translate", content=b"x" * 10_000_000)]  # refused before the body is read
+        for response in refused:
+            assert response.status_code == 401 and response.headers["WWW-Authenticate"].startswith("Bearer")
+            assert "Authorization: Bearer KEY" in response.json()["error"] and KEY not in response.text
+        for headers in ({"Authorization": "Bearer " + KEY}, {"authorization": "bearer " + KEY}, {"X-API-Key": KEY}):
+            response = client.post("/translate", json=GOOD, headers=headers)
+            assert response.status_code == 200, response.text
+        status = health(client)  # open without the key: liveness probes
+        assert client.get("/openapi.json").status_code == 200 and "401" in str(
+            client.get("/openapi.json").json()["paths"]["/translate"]["post"]["responses"])
+    assert status["api_key"] and status["requests_unauthorized"] == len(refused) and status["requests_translated"] == 3
+    with serving(translator) as client:
+        assert not health(client)["api_key"] and client.post("/translate", json=GOOD).status_code == 200
+
+
+def test_the_api_key_comes_from_the_flag_or_the_environment_and_is_checked(monkeypatch, capsys, tmp_path):
+    args = serve_cli.parse_args(["--checkpoint", "x"])
+    monkeypatch.delenv(serve_cli.API_KEY_ENV, raising=False)
+    assert serve_cli.api_key(args) is None
+    monkeypatch.setenv(serve_cli.API_KEY_ENV, "")
+    assert serve_cli.api_key(args) is None  # set but empty: none
+    monkeypatch.setenv(serve_cli.API_KEY_ENV, KEY)
+    assert serve_cli.api_key(args) == KEY
+    assert serve_cli.api_key(serve_cli.parse_args(["--checkpoint", "x", "--api-key", "other"])) == "other"
+    for bad, source in (("", "--api-key"), ("two words", "--api-key"), ("schlüssel", "--api-key")):
+        assert serve_cli.main(["--checkpoint", str(tmp_path / "none.pt"), "--api-key", bad]) == 2
+        err = capsys.readouterr().err
+        assert f"{source} must be a non-empty string of visible ASCII" in err and (not bad or bad not in err)
+    monkeypatch.setenv(serve_cli.API_KEY_ENV, "tab\tkey")
+    assert serve_cli.main(["--checkpoint", str(tmp_path / "none.pt")]) == 2
+    assert f"{serve_cli.API_KEY_ENV} must be" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("host,key,warned", [("0.0.0.0", None, True), ("0.0.0.0", KEY, False),
+                                             ("127.0.0.1", None, False)])
+def test_listening_beyond_this_machine_without_a_key_is_warned_about_and_the_key_never_logged(
+        translator, monkeypatch, caplog, host, key, warned):
+    import uvicorn
+
+    from seq2seq.serve.server import run_server
+
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets: None)
+    with caplog.at_level("INFO", logger="seq2seq"):
+        run_server(translator, ServeSettings(api_key=key), host, 0, quiet=True)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert bool(warnings) == warned
+    assert all("without an API key" in w and "--api-key" in w for w in warnings)
+    assert KEY not in caplog.text
+
+
 def test_serve_flags_are_checked_before_loading_anything(capsys, tmp_path):
     missing = str(tmp_path / "none.pt")
     for flags, words in ((["--max-wait-ms", "-1"], "--max-wait-ms must be"),

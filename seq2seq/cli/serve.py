@@ -12,6 +12,7 @@ API, limits and the load test: docs/guides/serving.md.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from ..config import DEFAULT_BEAM_SIZE, DecodeConfig
 from ..errors import UserError
@@ -19,6 +20,7 @@ from .common import (
     add_alignment_flags, add_dataclass_flags, add_device_flag, align_config, parser_for, run_cli,
 )
 
+API_KEY_ENV = "SEQ2SEQ_API_KEY"
 MISSING_EXTRA = "seq2seq serve needs the serve extra: pip install 'seq2seq[serve]'"
 
 
@@ -32,6 +34,10 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default: 127.0.0.1, this machine only; 0.0.0.0: every interface)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000; 0: any free port, logged)")
+    p.add_argument("--api-key", metavar="KEY", default=None,
+                   help=f"requests to /translate must carry this key ('Authorization: Bearer KEY' or 'X-API-Key: "
+                        f"KEY'; 401 otherwise); default: the environment variable {API_KEY_ENV}, which other "
+                        "users cannot read in the process list as they can a flag. /health and /docs stay open")
     add_device_flag(p)
     p.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "int8"],
                    help="decoding precision, as seq2seq translate --precision (default: fp32); with int8 a "
@@ -65,6 +71,18 @@ def parse_args(argv: list[str] | None):
     return p.parse_args(argv)
 
 
+def api_key(args) -> str | None:
+    """--api-key, else $SEQ2SEQ_API_KEY (unset or empty: none), checked: visible ASCII, as HTTP
+    headers carry it (the message never shows the key)."""
+    key, source = (args.api_key, "--api-key") if args.api_key is not None else (os.environ.get(API_KEY_ENV), API_KEY_ENV)
+    if args.api_key is None and not key:
+        return None
+    if not key or not all("!" <= c <= "~" for c in key):
+        raise UserError(f"{source} must be a non-empty string of visible ASCII characters (no spaces), as HTTP headers "
+                        "carry it; generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'")
+    return key
+
+
 def limits_from_args(args):
     """The ``Limits`` the flags give (unset flags: the defaults), checked."""
     from ..serve.settings import Limits
@@ -80,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     limits = limits_from_args(args)
+    key = api_key(args)
     align = align_config(args)
     decode = DecodeConfig(beam_size=args.beam_size, n_best=args.n_best, length_penalty=args.length_penalty,
                           max_output_ratio=args.max_output_ratio, max_input_tokens=args.max_input_tokens)
@@ -108,6 +127,6 @@ def main(argv: list[str] | None = None) -> int:
         compiling = translator.compile_in_background(sorted({1, decode.beam}), lone_sentence_threads(translator))
     align = align.for_model(translator.supervised_attention)  # a guided model: its supervised heads
     check_layer_heads(align.layer, align.heads, translator.model)
-    settings = ServeSettings(limits=limits, decode=decode, align=align, precision=args.precision)
+    settings = ServeSettings(limits=limits, decode=decode, align=align, precision=args.precision, api_key=key)
     run_server(translator, settings, args.host, args.port, args.quiet, compiling)
     return 0

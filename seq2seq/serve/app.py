@@ -27,12 +27,12 @@ from ..errors import UserError
 from ..models.compiled import BackgroundCompile
 from ..runtime import LOGGER
 from .batcher import Batcher, BatcherClosed, QueueFull
-from .http import BodyLimit, install_error_handlers, json_bytes
+from .http import ApiKey, BodyLimit, Refused, install_error_handlers, json_bytes
 from .schemas import DecodeOptions, ErrorBody, Health, TranslateRequest, TranslateResponse, sentence_json
 from .settings import Limits, ServeSettings
 
 ERRORS = {code: {"model": ErrorBody, "description": text} for code, text in (
-    (400, "the body is not valid JSON"), (413, "too many sentences, a sentence too long or a body too large"),
+    (400, "the body is not valid JSON"), (401, "the server has an API key and the request did not carry it"), (413, "too many sentences, a sentence too long or a body too large"),
     (422, "a field of the wrong type, an empty list or bad decoding options"),
     (429, "the queue is full: retry after Retry-After seconds"), (500, "the model call failed"),
     (503, "the server is shutting down"), (504, "no answer within --request-timeout"))}
@@ -60,7 +60,10 @@ def create_app(translator: Translator, settings: ServeSettings | None = None,
                   description="Neural machine translation with a seq2seq checkpoint; concurrent requests are "
                               "translated together (dynamic batching). See docs/guides/serving.md.")
     app.state.batcher, app.state.settings = batcher, settings
+    refused = Refused()
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    if settings.api_key is not None:  # outermost: a request without the key is refused before anything else
+        app.add_middleware(ApiKey, key=settings.api_key, refused=refused)
     install_error_handlers(app)
 
     @app.post("/translate", response_model=TranslateResponse, responses=ERRORS)
@@ -100,7 +103,8 @@ def create_app(translator: Translator, settings: ServeSettings | None = None,
                       queue_sentences=sentences, in_flight_sentences=batcher.in_flight,
                       model_calls=stats.model_calls, sentences_translated=stats.items,
                       requests_translated=stats.jobs, requests_dropped=stats.dropped_jobs,
-                      largest_batch=stats.largest_batch, limits=asdict(limits))
+                      largest_batch=stats.largest_batch, requests_unauthorized=refused.count,
+                      api_key=settings.api_key is not None, limits=asdict(limits))
 
     return app
 

@@ -1,4 +1,5 @@
-"""HTTP plumbing of the server: every error as a JSON ``ErrorBody``, and the request body limit.
+"""HTTP plumbing of the server: every error as a JSON ``ErrorBody``, the API key, and the request
+body limit.
 
 The body limit is an ASGI middleware, so it acts before FastAPI reads (buffers) a body: a
 Content-Length above the limit is answered 413 without reading a byte, and a body without one
@@ -6,7 +7,10 @@ Content-Length above the limit is answered 413 without reading a byte, and a bod
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
@@ -97,3 +101,50 @@ class BodyLimit:
 def json_bytes(value: Any) -> bytes:
     """Compact UTF-8 JSON (responses carry nested attention lists: no indentation)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+#: Paths anyone may read when the server has an API key: liveness probes and the API's description.
+OPEN_PATHS = frozenset({"/health", "/docs", "/docs/oauth2-redirect", "/openapi.json"})
+
+
+@dataclass
+class Refused:
+    """Requests the ``ApiKey`` middleware refused (shown by ``/health``)."""
+
+    count: int = 0
+
+
+class ApiKey:
+    """ASGI middleware: a request to any path but ``OPEN_PATHS`` carries the server's key, as
+    ``Authorization: Bearer KEY`` or ``X-API-Key: KEY``; without it the answer is 401 before the
+    body is read, counted in ``refused``. The key sent is compared by its SHA-256 digest with
+    ``hmac.compare_digest``: the time taken says nothing about how much of it was right (nor about
+    its length). Keys go in headers only, never in the URL, which access logs record."""
+
+    def __init__(self, app, key: str, refused: Refused) -> None:
+        self.app, self.digest, self.refused = app, _digest(key.encode("utf-8")), refused
+
+    def allowed(self, headers: list[tuple[bytes, bytes]]) -> bool:
+        for name, value in headers:
+            name = name.lower()
+            if name == b"authorization" and value[:7].lower() == b"bearer ":
+                value = value[7:].strip()
+            elif name != b"x-api-key":
+                continue
+            if hmac.compare_digest(_digest(value), self.digest):
+                return True
+        return False
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or self.allowed(scope["headers"]):
+            await self.app(scope, receive, send)
+            return
+        self.refused.count += 1
+        response = error_response(401, "this server needs an API key: send it as 'Authorization: Bearer KEY' or "
+                                       "'X-API-Key: KEY' (the key of seq2seq serve --api-key)",
+                                  headers={"WWW-Authenticate": 'Bearer realm="seq2seq"'})
+        await response(scope, receive, send)
+
+
+def _digest(key: bytes) -> bytes:
+    return hashlib.sha256(key).digest()

@@ -118,6 +118,8 @@ class Health(BaseModel):
     requests_translated: int
     requests_dropped: int = Field(description="cancelled (timed out or disconnected) before being translated")
     largest_batch: int
+    requests_unauthorized: int = Field(description="refused (401) for want of the API key")
+    api_key: bool = Field(description="whether /translate needs an API key (seq2seq serve --api-key)")
     limits: dict[str, int | float] = Field(description="the server's batching and limit flags")
 
 

@@ -8,6 +8,7 @@ free port) can be logged with the port it got.
 """
 from __future__ import annotations
 
+import ipaddress
 import signal
 import socket
 import threading
@@ -48,7 +49,10 @@ def run_server(translator: Translator, settings: ServeSettings, host: str = "127
     import uvicorn
 
     sock = bind_socket(host, port)
-    port = sock.getsockname()[1]
+    address, port = sock.getsockname()[:2]
+    if settings.api_key is None and not ipaddress.ip_address(address.split("%")[0]).is_loopback:
+        log("warning", message=f"listening on {address} without an API key: anyone who can reach port {port} can use "
+                               "the model; set --api-key (or the environment variable SEQ2SEQ_API_KEY)")
     app = create_app(translator, settings, compiling)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning" if quiet else "info", access_log=not quiet,
                             timeout_graceful_shutdown=int(settings.limits.request_timeout) + 10, lifespan="on")

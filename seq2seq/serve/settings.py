@@ -56,3 +56,5 @@ class ServeSettings:
     decode: DecodeConfig = field(default_factory=DecodeConfig)  # requests override beam_size, n_best, length_penalty
     align: AlignConfig = field(default_factory=AlignConfig)
     precision: str = "fp32"  # shown by GET /health
+    #: requests to /translate must carry it (``http.ApiKey``); None: anyone may use the server. Never shown.
+    api_key: str | None = field(default=None, repr=False)
