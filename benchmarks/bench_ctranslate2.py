@@ -65,7 +65,7 @@ def engine(name: str, precision: str, checkpoint: Path, ct2_dir: Path, threads: 
                                                 compile=name == "ours compiled")
         return lambda sentences, beam, batch: [t.text for t in translator.translate(
             sentences, beam_size=beam, length_penalty=0.0, batch_size=batch, need_attention=False)]
-    from seq2seq.export.ctranslate2 import CTranslate2Translator
+    from seq2seq.decoding.ctranslate2 import CTranslate2Translator
 
     translator = CTranslate2Translator(ct2_dir, compute_type={"fp32": "float32", "int8": "int8"}[precision],
                                        intra_threads=threads)

@@ -172,7 +172,8 @@ def serve_table(record: dict) -> str:
     rows = [[mode, s["clients"], r["requests_ok"], f"{r['requests_per_s']:.1f}", f"{r['sentences_per_s']:.1f}",
              *(f"{r['latency_ms'].get(q, float('nan')):.0f}" for q in ("p50", "p95", "p99")), r["model_calls"],
              f"{r['mean_batch']:.1f}" if r["mean_batch"] else "-", f"{r['startup_seconds']:.1f}",
-             f"{r['first_request_ms']:.0f}", f"{r['compiled']} {r['compiled_seconds']:.1f} s"] for mode, r in record["modes"].items()]
+             f"{r['first_request_ms']:.0f}", f"{r['compiled']} {r['compiled_seconds']:.1f} s"]
+            for mode, r in record["modes"].items()]
     ref = record["reference"]
     head = [f"`seq2seq serve` on loopback, {s['clients']} concurrent clients, {s['sentences_per_request']} "
             f"sentence(s) per request, beam {s['beam_size']}, batching: --max-batch-sentences "

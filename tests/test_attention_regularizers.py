@@ -185,7 +185,7 @@ def test_sparse_cross_attention_never_takes_the_fused_kernel(monkeypatch):
 
 
 def test_fine_tuning_may_change_the_normalizer_and_ctranslate2_refuses_a_sparse_model():
-    from seq2seq.export.ctranslate2 import check_convertible
+    from seq2seq.checkpoint.ctranslate2 import check_convertible
 
     softmax = ModelConfig(**TRANSFORMER)
     sparse = ModelConfig(attention_normalizer="entmax15", **TRANSFORMER)

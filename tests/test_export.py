@@ -195,7 +195,7 @@ def test_ctranslate2_gives_our_log_probabilities(tmp_path, tiny_tokenizer, sourc
     """Teacher-forced log p of every target token and EOS, ours vs CTranslate2's, on the same pairs:
     the conversion is the same function (to float rounding) in every supported variant."""
     pytest.importorskip("ctranslate2")
-    from seq2seq.export.ctranslate2 import CTranslate2Translator
+    from seq2seq.decoding.ctranslate2 import CTranslate2Translator
 
     path = _random_checkpoint(tmp_path / "best.pt", tiny_tokenizer, 5, **{**TRANSFORMER, **VARIANTS[variant]})
     assert export_main(["--format", "ctranslate2", str(path), str(tmp_path / "ct2")]) == 0
@@ -214,7 +214,7 @@ def test_ctranslate2_outputs_equal_ours_on_every_test_sentence(run_dir, tmp_path
     """Greedy and beam search (length penalty 0: both rank by log-probability) on a trained model:
     the same output for every sentence, or, where they differ, two outputs whose scores tie."""
     pytest.importorskip("ctranslate2")
-    from seq2seq.export.ctranslate2 import CTranslate2Translator
+    from seq2seq.decoding.ctranslate2 import CTranslate2Translator
 
     assert export_main(["--format", "ctranslate2", str(run_dir), str(tmp_path / "ct2")]) == 0
     translator = Translator.from_checkpoint(run_dir)
@@ -232,7 +232,7 @@ def test_ctranslate2_outputs_equal_ours_on_every_test_sentence(run_dir, tmp_path
 
 def test_ctranslate2_int8_quantized_export_loads_and_translates(run_dir, tmp_path, sources):
     pytest.importorskip("ctranslate2")
-    from seq2seq.export.ctranslate2 import CTranslate2Translator
+    from seq2seq.decoding.ctranslate2 import CTranslate2Translator
 
     assert export_main(["--format", "ctranslate2", str(run_dir), str(tmp_path / "ct2"), "--quantization", "int8"]) == 0
     fp32 = tmp_path / "fp32"

@@ -20,14 +20,14 @@ TIERS = {
     "data": 1, "nn": 1,
     "models": 2, "checkpoint": 2, "alignment": 2,
     "decoding": 3,
-    "training": 4, "attribution": 4, "export": 4, "serve": 4,
+    "training": 4, "attribution": 4, "serve": 4,
     "jobs": 5,
     "cli": 6,
     "": 7, "__main__": 7,
 }
 #: Packages of one tier that must not import each other all the same: the training loop, the
-#: explanations, export and the server are independent of one another.
-INDEPENDENT = {"training", "attribution", "export", "serve"}
+#: explanations and the server are independent of one another.
+INDEPENDENT = {"training", "attribution", "serve"}
 
 
 def module_name(path: Path, root: Path = PACKAGE) -> str:
@@ -145,14 +145,14 @@ def test_every_package_has_a_tier():
      ["seq2seq.models.base (tier 2) line 2 imports seq2seq.decoding.quantize (tier 3)"]),
     ("seq2seq.runtime", "from .training.distributed import env_rank\n", False,
      ["seq2seq.runtime (tier 0) line 1 imports seq2seq.training.distributed (tier 4)"]),
-    ("seq2seq.training", "from ..export import safetensors\n", True,
-     ["seq2seq.training line 1 imports seq2seq.export.safetensors: training/ and export/ are independent"]),
+    ("seq2seq.training", "from ..serve import app\n", True,
+     ["seq2seq.training line 1 imports seq2seq.serve.app: training/ and serve/ are independent"]),
     ("seq2seq.decoding.search", "import seq2seq.jobs.translate\n", False,
      ["seq2seq.decoding.search (tier 3) line 1 imports seq2seq.jobs.translate (tier 5)"]),
     ("seq2seq.jobs.translate", "from ..decoding.translator import Translator\nfrom ..config import X\n", False, []),
 ])
 def test_upward_imports_are_reported(module, source, is_package, expected):
-    modules = {"seq2seq.export.safetensors", "seq2seq.decoding.quantize", "seq2seq.training.distributed"}
+    modules = {"seq2seq.serve.app", "seq2seq.decoding.quantize", "seq2seq.training.distributed"}
     graph = {module: imports_of(module, source, is_package, modules)}
     assert violations(graph) == expected
 

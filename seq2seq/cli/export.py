@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             run_dir = checkpoint if checkpoint.is_dir() else checkpoint.parent
             write_safetensors(loaded.payload, out, shortlist=run_dir / SHORTLIST)
         else:
-            from ..export.ctranslate2 import write_ctranslate2
+            from ..checkpoint.ctranslate2 import write_ctranslate2
 
             write_ctranslate2(loaded, out, args.quantization)
     size = sum(p.stat().st_size for p in Path(args.output).iterdir())

@@ -74,7 +74,9 @@ def parse_args(argv: list[str] | None):
 def api_key(args) -> str | None:
     """--api-key, else $SEQ2SEQ_API_KEY (unset or empty: none), checked: visible ASCII, as HTTP
     headers carry it (the message never shows the key)."""
-    key, source = (args.api_key, "--api-key") if args.api_key is not None else (os.environ.get(API_KEY_ENV), API_KEY_ENV)
+    key, source = args.api_key, "--api-key"
+    if key is None:
+        key, source = os.environ.get(API_KEY_ENV), API_KEY_ENV
     if args.api_key is None and not key:
         return None
     if not key or not all("!" <= c <= "~" for c in key):

@@ -20,15 +20,13 @@ import secrets
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 
 from ..checkpoint.loaded import LoadedCheckpoint
-from ..config import AlignConfig, DecodeConfig
+from ..config import DecodeConfig
 from ..errors import UserError
 from ..models.base import EncoderDecoder
 from ..models.compiled import BackgroundCompile, compile_decoding, compile_pays
@@ -39,76 +37,15 @@ from .shortlist import FILE_NAME, Shortlist
 from .ensemble import EnsembleModel
 from .constrained import ConstraintTooLong, constrained_beam_search
 from .constraints import SentenceConstraints
+from .ctranslate2 import CTranslate2Search, open_engine
 from .prefix import Prefixes, PrefixSpeller
-from .search import attach_confidence, translate_batch
+from .search import attach_attention, attach_confidence, translate_batch
+from .translation import Translation
 from ..tokenizer import EOS_ID, PAD_ID, Tokenizer
 
 
 DECODING_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
                    "int8": torch.float32}  # int8: fp32 model, linear layers quantized (seq2seq.nn.quantize)
-
-
-@dataclass
-class Translation:
-    """One hypothesis for one input. ``attention`` rows: target pieces + EOS; columns: source
-    pieces + EOS; shape (layers, heads, len(tgt_pieces), len(src_pieces))."""
-
-    source: str
-    text: str
-    tokens: list[int]
-    score: float  # length-penalised log-probability used for ranking
-    log_prob: float
-    src_pieces: list[str] = field(default_factory=list)
-    tgt_pieces: list[str] = field(default_factory=list)
-    attention: np.ndarray | None = None
-    src_tokens: list[int] = field(default_factory=list)  # source ids incl. EOS (for attribution)
-    alternatives: list["Translation"] = field(default_factory=list)  # n-best list, best first
-    #: ensembles: every member's attention (L_m, H_m, len(tgt_pieces), len(src_pieces)), the first
-    #: checkpoint's first (``attention`` is that one); None for one model
-    member_attention: list[np.ndarray] | None = None
-    #: with ``translate(..., confidence=True)``: log p(y_t | y_<t, x) of each target piece and EOS
-    #: (aligned with ``tgt_pieces``; they sum to ``log_prob`` when the search used the whole
-    #: vocabulary) and the entropy in nats of the model's distribution at that step
-    token_log_probs: list[float] | None = None
-    token_entropy: list[float] | None = None
-
-    @property
-    def alignment(self) -> np.ndarray | None:
-        """(tgt_len + 1, src_len + 1) attention averaged over the heads of the default layer
-        (the penultimate decoder layer; the only one for RNNs)."""
-        if self.attention is None:
-            return None
-        from ..alignment.matrices import aggregate
-
-        return aggregate(self.attention)
-
-    def confidence(self) -> dict[str, list[dict[str, Any]]] | None:
-        """Per target piece and per word (pieces joined at SentencePiece's word starts; EOS a word of its
-        own): ``log_prob`` (a word's: the sum of its pieces', the log-probability of the whole word) and
-        ``entropy`` (a word's: the mean of its pieces'). None unless translated with confidence=True."""
-        if self.token_log_probs is None or self.token_entropy is None:
-            return None
-        from ..alignment.matrices import word_spans, words_from_pieces
-
-        tokens = [{"piece": piece, "log_prob": lp, "entropy": h}
-                  for piece, lp, h in zip(self.tgt_pieces, self.token_log_probs, self.token_entropy)]
-        words = [{"word": word, "log_prob": sum(self.token_log_probs[start:end]),
-                  "entropy": sum(self.token_entropy[start:end]) / (end - start)}
-                 for word, (start, end) in zip(words_from_pieces(self.tgt_pieces), word_spans(self.tgt_pieces))]
-        return {"tokens": tokens, "words": words}
-
-    def alignment_record(self, index: int, layer: int | str = AlignConfig.layer,
-                         heads: str | list[int] = AlignConfig.heads, include_eos: bool = AlignConfig.include_eos,
-                         method: str = AlignConfig.method, threshold: float = AlignConfig.threshold):
-        """This translation's attention as an ``AlignmentRecord`` (word merge, Pharaoh links);
-        ``method`` "argmax" | "threshold" extracts the hard links (see seq2seq.alignment)."""
-        from ..alignment.records import AlignmentRecord
-
-        if self.attention is None:
-            raise ValueError("translate with need_attention=True to get alignments")
-        return AlignmentRecord.build(index, self.source, self.text, self.src_pieces, self.tgt_pieces,
-                                     self.attention, layer=layer, heads=heads, include_eos=include_eos,
-                                     method=method, threshold=threshold)
 
 
 class Translator:
@@ -118,7 +55,8 @@ class Translator:
     def __init__(self, model: EncoderDecoder, tokenizer: Tokenizer, device: torch.device | str = "cpu",
                  max_input_tokens: int = DecodeConfig.max_input_tokens, shortlist: Shortlist | None = None,
                  checkpoints: Sequence[str | Path] = (), compiled: bool = False,
-                 supervised_attention: tuple[int, list[int]] | None = None) -> None:
+                 supervised_attention: tuple[int, list[int]] | None = None,
+                 engine: CTranslate2Search | None = None) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.device = torch.device(device)
@@ -131,13 +69,16 @@ class Translator:
         self.supervised_attention = supervised_attention
         #: whether the model decodes one sentence at a time through a compiled step (``from_checkpoints``)
         self.compiled = compiled
+        #: the search of another engine (``from_checkpoints``' ``engine``), None: ours
+        self.engine = engine
 
     @classmethod
     def from_checkpoint(cls, path: str | Path | Sequence[str | Path], device: str = "auto",
                         max_input_tokens: int = DecodeConfig.max_input_tokens,
                         precision: str = "fp32", shortlist: str | Path | None = None,
                         compile: bool | None = False,
-                        shortlist_sizes: tuple[int | None, int | None] | None = None) -> "Translator":
+                        shortlist_sizes: tuple[int | None, int | None] | None = None,
+                        engine: str = "seq2seq") -> "Translator":
         """A checkpoint file or run directory; a list of them is ``from_checkpoints`` (an ensemble).
 
         ``precision`` fp16 / bf16 stores the weights and runs decoding in half precision: it
@@ -155,16 +96,18 @@ class Translator:
         ``shortlist``: a file written by ``seq2seq shortlist`` (training writes the run's
         ``shortlist.npz``), or "auto" for the one next to the checkpoint; ``shortlist_sizes``
         (translations per source token, frequent tokens; None keeps the file's) resizes it.
-        ``compile``: see ``from_checkpoints``."""
+        ``compile`` and ``engine``: see ``from_checkpoints``."""
         paths = [path] if isinstance(path, (str, Path, LoadedCheckpoint)) else list(path)
-        return cls.from_checkpoints(paths, device, max_input_tokens, precision, shortlist, compile, shortlist_sizes)
+        return cls.from_checkpoints(paths, device, max_input_tokens, precision, shortlist, compile, shortlist_sizes,
+                                    engine)
 
     @classmethod
     def from_checkpoints(cls, paths: Sequence[str | Path | LoadedCheckpoint], device: str = "auto",
                          max_input_tokens: int = DecodeConfig.max_input_tokens,
                          precision: str = "fp32", shortlist: str | Path | None = None,
                          compile: bool | None = False,
-                         shortlist_sizes: tuple[int | None, int | None] | None = None) -> "Translator":
+                         shortlist_sizes: tuple[int | None, int | None] | None = None,
+                         engine: str = "seq2seq") -> "Translator":
         """One checkpoint: its model; several: their ensemble (``EnsembleModel``: at every step the
         mean of the members' probabilities), of any mix of architectures. They must share the
         SentencePiece model (else a UserError naming both files, before any model is built).
@@ -176,7 +119,12 @@ class Translator:
         the Transformer's static-shape step compiled by ``torch.compile`` (``seq2seq.models.compiled``):
         the first sentence of each beam size waits for its compilation (15-40 s), every later one is
         about 2x faster (docs/performance.md). None: where that was measured to pay (``compile_pays``:
-        fp32 on CPU); False (the default): the eager step, the reference."""
+        fp32 on CPU); False (the default): the eager step, the reference.
+
+        ``engine`` runs the search: "seq2seq" (ours, the default), "ctranslate2" (CTranslate2's
+        runtime on the checkpoint converted once and cached beside it; a named error for what it
+        cannot decode) or "auto" (CTranslate2 where it can decode the model and is installed);
+        ``seq2seq.decoding.ctranslate2``. Attention and confidence come from our model either way."""
         if isinstance(paths, (str, Path, LoadedCheckpoint)):
             paths = [paths]
         if not paths:
@@ -217,8 +165,10 @@ class Translator:
                 shortlist = shortlist.with_sizes(*shortlist_sizes)
         models = [_build(member, dev, precision) for member in loaded]
         model = models[0] if len(models) == 1 else EnsembleModel(models)
-        compiled = compile_decoding(model) if (compile_pays(dev, precision) if compile is None else compile) else False
-        return cls(model, tokenizer, dev, max_input_tokens, shortlist, compiled=compiled,
+        search = open_engine(engine, loaded, dev, precision, shortlist is not None, torch.get_num_threads())
+        wanted = compile_pays(dev, precision) if compile is None else compile
+        compiled = compile_decoding(model) if wanted and search is None else False
+        return cls(model, tokenizer, dev, max_input_tokens, shortlist, compiled=compiled, engine=search,
                    checkpoints=[str(p.path if isinstance(p, LoadedCheckpoint) else p) for p in paths],
                    supervised_attention=config.supervised_attention())  # an ensemble's attention: its first's
 
@@ -326,6 +276,9 @@ class Translator:
             batch_constraints = None if wanted is None or not any(wanted[i].phrases for i in batch) else [
                 wanted[i] for i in batch]
             if batch_constraints is not None:
+                if self.engine is not None:
+                    raise UserError(f"--constraints: --engine {self.engine.name} has no constrained search; use "
+                                    "--engine seq2seq")
                 if vocabulary is not None:  # a shortlist keeps the constraints' tokens
                     kept = sorted(set().union(*(c.token_ids() for c in batch_constraints)))
                     vocabulary = torch.unique(torch.cat([vocabulary, torch.tensor(kept, device=vocabulary.device)]))
@@ -339,6 +292,11 @@ class Translator:
                         f"pieces{' with the prefix' if prefixes is not None else ''}, but this input's output may "
                         f"have at most {exc.bound} (its source length x --max-output-ratio {decode.max_output_ratio:g} "
                         "+ 10): shorten or drop a phrase, or raise --max-output-ratio") from None
+            elif self.engine is not None:  # another engine's search; the attention is our model's
+                hypotheses = self.engine([encoded[i] for i in batch], decode,
+                                         None if prefix is None else [prefix[i] for i in batch])
+                if need_attention:
+                    attach_attention(self.model, src, src_mask, hypotheses)
             else:
                 hypotheses = translate_batch(
                     self.model, src, src_mask, decode, need_attention=need_attention and not ensemble,

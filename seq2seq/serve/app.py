@@ -32,7 +32,8 @@ from .schemas import DecodeOptions, ErrorBody, Health, TranslateRequest, Transla
 from .settings import Limits, ServeSettings
 
 ERRORS = {code: {"model": ErrorBody, "description": text} for code, text in (
-    (400, "the body is not valid JSON"), (401, "the server has an API key and the request did not carry it"), (413, "too many sentences, a sentence too long or a body too large"),
+    (400, "the body is not valid JSON"), (401, "the server has an API key and the request did not carry it"),
+    (413, "too many sentences, a sentence too long or a body too large"),
     (422, "a field of the wrong type, an empty list or bad decoding options"),
     (429, "the queue is full: retry after Retry-After seconds"), (500, "the model call failed"),
     (503, "the server is shutting down"), (504, "no answer within --request-timeout"))}

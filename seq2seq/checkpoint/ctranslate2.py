@@ -1,4 +1,6 @@
-"""CTranslate2 export of the Transformer, built through CTranslate2's own model specifications.
+"""A Transformer checkpoint in CTranslate2's format (``seq2seq export --format ctranslate2``, and the
+cache of ``--engine ctranslate2``: ``seq2seq.decoding.ctranslate2``), built through CTranslate2's
+own model specifications.
 
 CTranslate2 (the ``export`` extra) has no recurrent models, so only ``--arch transformer``
 converts. The mapping, weight by weight:
@@ -26,9 +28,7 @@ CTranslate2 takes the pieces our tokenizer produces. Layer-norm epsilon is PyTor
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -37,7 +37,6 @@ from ..checkpoint.loaded import LoadedCheckpoint
 from ..checkpoint.parts import tensor_to_bytes
 from ..config import ModelConfig
 from ..errors import UserError
-from ..tokenizer import Tokenizer
 
 SPM_FILE = "spm.model"  # the SentencePiece model, beside CTranslate2's files
 
@@ -164,48 +163,3 @@ def write_ctranslate2(loaded: LoadedCheckpoint, out: Path, quantization: str | N
         raise UserError(f"checkpoint {loaded.path}: CTranslate2 rejected the converted model ({exc})") from None
     spec.save(str(out))
     (out / SPM_FILE).write_bytes(tensor_to_bytes(payload["tokenizer"]))
-
-
-class CTranslate2Translator:
-    """Translate text with an exported CTranslate2 model directory and the SentencePiece model
-    beside it: our tokenization in, our detokenization out, CTranslate2's search in between.
-
-    ``translate`` returns one string per sentence; ``beam_size`` 1 is greedy search.
-    ``length_penalty`` is CTranslate2's (score / length^alpha); 0 ranks by log-probability, as
-    ``seq2seq translate --length-penalty 0`` does, so both searches pick the same outputs."""
-
-    def __init__(self, model_dir: str | Path, device: str = "cpu", compute_type: str = "default",
-                 inter_threads: int = 1, intra_threads: int = 0) -> None:
-        ctranslate2 = require_ctranslate2()
-        model_dir = Path(model_dir)
-        if not (model_dir / SPM_FILE).is_file():
-            raise UserError(f"{model_dir}: no {SPM_FILE}; pass a directory written by "
-                            "seq2seq export --format ctranslate2")
-        self.tokenizer = Tokenizer.load(model_dir / SPM_FILE)
-        self.translator = ctranslate2.Translator(str(model_dir), device=device, compute_type=compute_type,
-                                                 inter_threads=inter_threads, intra_threads=intra_threads)
-
-    def translate(self, sentences: Sequence[str], beam_size: int = 5, length_penalty: float = 0.0,
-                  batch_size: int = 64, max_input_tokens: int = 1024, max_output_ratio: float = 1.5) -> list[str]:
-        """Like ``Translator.translate``: at most ceil(``max_output_ratio`` x source subwords) + 10
-        output subwords (sentences are grouped by that bound, CTranslate2 taking one per call), an
-        empty output allowed; an empty line gives an empty line."""
-        tokens = [self.tokenizer.pieces(self.tokenizer.encode(s.strip())[:max_input_tokens]) for s in sentences]
-        groups: dict[int, list[int]] = {}
-        for i, pieces in enumerate(tokens):
-            if pieces:  # with its EOS, as our search counts the source
-                groups.setdefault(math.ceil((len(pieces) + 1) * max_output_ratio) + 10, []).append(i)
-        out = [""] * len(sentences)
-        for limit, rows in groups.items():
-            results = self.translator.translate_batch(
-                [tokens[i] for i in rows], beam_size=beam_size, length_penalty=length_penalty,
-                max_batch_size=batch_size, batch_type="examples", max_decoding_length=limit,
-                min_decoding_length=0)  # CTranslate2's default 1 forbids an empty output; ours allows it
-            for i, result in zip(rows, results):
-                out[i] = self.tokenizer.decode(map(self.tokenizer.piece_to_id, result.hypotheses[0]))
-        return out
-
-    def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[list[float]]:
-        """CTranslate2's teacher-forced log p(y_t | y_<t, x) of every target subword and EOS."""
-        pieces = lambda texts: [self.tokenizer.pieces(self.tokenizer.encode(t.strip())) for t in texts]  # noqa: E731
-        return [list(r.log_probs) for r in self.translator.score_batch(pieces(sources), pieces(targets))]

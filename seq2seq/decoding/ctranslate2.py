@@ -1,0 +1,220 @@
+"""CTranslate2 as a decoding engine (``--engine ctranslate2``; the ``export`` extra): greedy and beam
+search run by CTranslate2's C++ runtime on the checkpoint converted into its format
+(``seq2seq.checkpoint.ctranslate2``) once and cached beside it (``cached_export``).
+
+Only the search changes engine. Everything around it stays the ``Translator``'s: tokenization,
+batching, empty lines, the length bound, the ``Translation`` records, and the attention and
+confidence of the outputs, computed by one teacher-forced pass of our own model over the chosen
+outputs, as for our search (every layer and head, so a guided model's supervised heads align as
+they do with our engine). Why an engine at all: one sentence at a time on a CPU, CTranslate2 decodes
+several times faster than our eager step (docs/performance.md, bench-results/ctranslate2*.md).
+
+The same outputs: CTranslate2 adds the source EOS and starts from ``<s>`` as we do, bounds outputs at
+the same ceil(ratio x source subwords) + 10 (sentences grouped by their bound), allows an empty
+output, and ranks by log-probability when the length penalty is 0, so both engines choose the same
+outputs (but for ties within float error; tests/test_export.py). CTranslate2's length penalty is
+another function (log p / |Y|^alpha) than ours (GNMT, ``search.length_penalty_gnmt``), so with
+alpha > 0 its beam keeps every hypothesis (``num_hypotheses`` = beam size, ranked by log-probability)
+and they are re-ranked here by GNMT: ours, except where its search pruned a hypothesis ours kept.
+A target prefix is forced as its pieces (``target_prefix``): where it ends inside a word, CTranslate2
+completes the word after that piece (ours searches every piece that extends it).
+
+What it cannot do is a named error that says which engine can (``unsupported``): RNN models (no
+recurrent models in CTranslate2), ensembles, constraints, sampling (our seeded per-sentence streams),
+a shortlist, a sparse attention normalizer.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from ..config import DecodeConfig
+from ..errors import UserError
+from ..runtime import LOGGER, log
+from ..tokenizer import EOS_ID, Tokenizer
+from .search import Hypothesis, length_penalty_gnmt
+
+ENGINES = ("seq2seq", "ctranslate2", "auto")
+#: CTranslate2's ``compute_type`` for each ``--precision``
+COMPUTE_TYPES = {"fp32": "float32", "int8": "int8", "fp16": "float16", "bf16": "bfloat16"}
+SOURCE_FILE = "source.json"  # in a cached export: the checkpoint it was converted from (path, size, mtime)
+
+
+def unsupported(arch: str, members: int, shortlist: bool, normalizer: str) -> str | None:
+    """Why CTranslate2 cannot decode this model setup (None: it can), worded for a message that
+    goes on "; use --engine seq2seq"."""
+    if members > 1:
+        return "an ensemble of checkpoints (CTranslate2 runs one model)"
+    if arch != "transformer":
+        return f"a {arch} model (CTranslate2 has no recurrent encoder-decoders)"
+    if normalizer != "softmax":
+        return f"cross-attention normalized by {normalizer} (CTranslate2 computes a softmax only)"
+    if shortlist:
+        return "a lexical shortlist (--shortlist)"
+    return None
+
+
+def _source_file(path: Path) -> Path:
+    """The file or exported directory a checkpoint path reads (``load_checkpoint``'s rule)."""
+    from ..checkpoint.parts import BEST, LAST
+
+    if path.is_dir() and ((path / BEST).is_file() or (path / LAST).is_file()):
+        return path / BEST if (path / BEST).is_file() else path / LAST
+    return path
+
+
+def _stamp(path: Path) -> dict:
+    """What changes when ``path`` (a file, or an exported directory's files) is rewritten."""
+    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file())
+    stats = [f.stat() for f in files]
+    return {"checkpoint": str(path), "size": sum(s.st_size for s in stats),
+            "mtime_ns": max((s.st_mtime_ns for s in stats), default=0)}
+
+
+def cached_export(loaded) -> Path:
+    """The CTranslate2 directory of a read checkpoint (``LoadedCheckpoint``): ``NAME.ct2`` beside
+    its file (``RUN/best.pt`` -> ``RUN/best.ct2``), converted now if missing or older than the
+    checkpoint (its size and modification time are recorded in it), written whole or not at all.
+    Where the checkpoint's directory is read-only, a directory under the system's temp directory."""
+    from ..checkpoint.ctranslate2 import write_ctranslate2
+    from ..io_utils import atomic_directory
+
+    checkpoint = _source_file(Path(loaded.path).resolve())
+    source = _stamp(checkpoint)
+    cache = checkpoint.with_name(checkpoint.stem + ".ct2")
+    if not os.access(checkpoint.parent, os.W_OK):
+        digest = hashlib.sha256(str(checkpoint).encode("utf-8")).hexdigest()[:16]
+        cache = Path(tempfile.gettempdir()) / "seq2seq-ct2" / f"{digest}-{cache.name}"
+    try:
+        if json.loads((cache / SOURCE_FILE).read_text(encoding="utf-8")) == source:
+            return cache
+    except (OSError, ValueError):
+        pass  # missing, partial or stale: convert
+    with atomic_directory(cache, force=True, flag="--engine ctranslate2: the converted model") as out:
+        write_ctranslate2(loaded, out)
+        (out / SOURCE_FILE).write_text(json.dumps(source), encoding="utf-8")
+    LOGGER.info("ctranslate2 converted %s into %s", checkpoint, cache)
+    return cache
+
+
+def open_engine(engine: str, loaded: Sequence, device, precision: str, shortlist: bool,
+                threads: int) -> CTranslate2Search | None:
+    """The search ``engine`` gives for these read checkpoints (``LoadedCheckpoint``; several: an
+    ensemble): None for our own; CTranslate2's (converted and cached: ``cached_export``) for
+    "ctranslate2", or a named error where it cannot decode them; for "auto" CTranslate2 where it can
+    and is installed, ours otherwise. The choice is logged with its reason."""
+    if engine not in ENGINES:
+        raise UserError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "seq2seq":
+        return None
+    model = loaded[0].config.model
+    why = unsupported(model.arch, len(loaded), shortlist, model.attention_normalizer)
+    if why is None and engine == "auto":
+        try:
+            import ctranslate2  # noqa: F401
+        except ImportError:
+            why = "the ctranslate2 package is not installed (pip install 'seq2seq[export]')"
+    if why is not None:
+        if engine == "ctranslate2":
+            raise UserError(f"--engine ctranslate2 cannot decode {why}; use --engine seq2seq")
+        log("engine", name="seq2seq", reason=repr(why))
+        return None
+    search = CTranslate2Search(cached_export(loaded[0]), loaded[0].tokenizer, device.type, precision, threads)
+    log("engine", name="ctranslate2", precision=precision)
+    return search
+
+
+class CTranslate2Search:
+    """Greedy and beam search by CTranslate2 on an exported model directory (module docstring);
+    called with our token ids, returns our ``Hypothesis`` lists."""
+
+    name = "ctranslate2"
+
+    def __init__(self, model_dir: str | Path, tokenizer: Tokenizer, device: str = "cpu",
+                 precision: str = "fp32", threads: int = 0) -> None:
+        from ..checkpoint.ctranslate2 import require_ctranslate2
+
+        ctranslate2 = require_ctranslate2()
+        self.tokenizer = tokenizer
+        try:
+            self.translator = ctranslate2.Translator(str(model_dir), device=device,
+                                                     compute_type=COMPUTE_TYPES[precision], inter_threads=1,
+                                                     intra_threads=threads)
+        except (RuntimeError, ValueError) as exc:  # e.g. a compute type this CPU cannot run
+            raise UserError(f"--engine ctranslate2: CTranslate2 cannot load {model_dir} for --precision {precision} "
+                            f"on {device} ({exc}); try another --precision or --engine seq2seq") from None
+
+    def __call__(self, sources: Sequence[Sequence[int]], decode: DecodeConfig,
+                 prefixes: Sequence[str] | None = None) -> list[list[Hypothesis]]:
+        """Each source's hypotheses, best first (``decode.n_best`` of them). ``sources``: token ids
+        with their EOS, none empty; ``prefixes``: each output's target prefix text ("" = none)."""
+        if decode.sample:
+            raise UserError("--engine ctranslate2 does not sample (--sample draws from our own seeded random "
+                            "streams); use --engine seq2seq")
+        beam, alpha = decode.beam, decode.length_penalty
+        keep = beam if alpha and beam > 1 else decode.n_best  # re-ranked here by GNMT (module docstring)
+        pieces = [self.tokenizer.pieces(list(ids[:-1])) for ids in sources]  # CTranslate2 adds the EOS
+        forced = [self.tokenizer.pieces(self.tokenizer.encode(p.strip())) if p and p.strip() else None
+                  for p in (prefixes or [""] * len(sources))]
+        groups: dict[int, list[int]] = {}
+        for i, ids in enumerate(sources):
+            groups.setdefault(math.ceil(len(ids) * decode.max_output_ratio) + 10, []).append(i)
+        out: list[list[Hypothesis]] = [[] for _ in sources]
+        for limit, rows in groups.items():
+            prefix = [forced[i] for i in rows]
+            results = self.translator.translate_batch(
+                [pieces[i] for i in rows], target_prefix=prefix if any(prefix) else None, beam_size=beam,
+                num_hypotheses=keep, length_penalty=0.0, return_scores=True, max_batch_size=decode.batch,
+                batch_type="examples", max_decoding_length=limit, min_decoding_length=0, max_input_length=0)
+            for i, result in zip(rows, results):
+                hyps = []
+                for tokens, log_prob in zip(result.hypotheses, result.scores):
+                    ids = [self.tokenizer.piece_to_id(p) for p in tokens]
+                    score = log_prob / length_penalty_gnmt(len(ids) + 1, alpha) if beam > 1 else log_prob
+                    hyps.append(Hypothesis(ids, score, log_prob))
+                out[i] = sorted(hyps, key=lambda h: -h.score)[: decode.n_best]
+        return out
+
+
+class CTranslate2Translator:
+    """Translate text with an exported CTranslate2 model directory and the SentencePiece model
+    beside it (``seq2seq export --format ctranslate2``), without our model: our tokenization in,
+    our detokenization out, ``CTranslate2Search`` in between. ``translate`` returns one string per
+    sentence; ``length_penalty`` is ours (GNMT), 0 ranks by log-probability."""
+
+    def __init__(self, model_dir: str | Path, device: str = "cpu", compute_type: str = "float32",
+                 intra_threads: int = 0) -> None:
+        from ..checkpoint.ctranslate2 import SPM_FILE
+
+        model_dir = Path(model_dir)
+        if not (model_dir / SPM_FILE).is_file():
+            raise UserError(f"{model_dir}: no {SPM_FILE}; pass a directory written by "
+                            "seq2seq export --format ctranslate2")
+        self.tokenizer = Tokenizer.load(model_dir / SPM_FILE)
+        precision = {v: k for k, v in COMPUTE_TYPES.items()}.get(compute_type, "fp32")
+        self.search = CTranslate2Search(model_dir, self.tokenizer, device, precision, intra_threads)
+        self.translator = self.search.translator
+
+    def translate(self, sentences: Sequence[str], beam_size: int = 5, length_penalty: float = 0.0,
+                  batch_size: int = 64, max_input_tokens: int = DecodeConfig.max_input_tokens,
+                  max_output_ratio: float = DecodeConfig.max_output_ratio) -> list[str]:
+        """Like ``Translator.translate``: at most ceil(``max_output_ratio`` x source subwords) + 10
+        output subwords; an empty line gives an empty line."""
+        decode = DecodeConfig(beam_size=beam_size, length_penalty=length_penalty, batch_size=batch_size,
+                              max_output_ratio=max_output_ratio)
+        sources = [self.tokenizer.encode(s.strip())[:max_input_tokens] + [EOS_ID] for s in sentences]
+        rows = [i for i, ids in enumerate(sources) if len(ids) > 1]
+        out = [""] * len(sentences)
+        for i, hyps in zip(rows, self.search([sources[i] for i in rows], decode)):
+            out[i] = self.tokenizer.decode(hyps[0].tokens)
+        return out
+
+    def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[list[float]]:
+        """CTranslate2's teacher-forced log p(y_t | y_<t, x) of every target subword and EOS."""
+        pieces = lambda texts: [self.tokenizer.pieces(self.tokenizer.encode(t.strip())) for t in texts]  # noqa: E731
+        return [list(r.log_probs) for r in self.translator.score_batch(pieces(sources), pieces(targets))]

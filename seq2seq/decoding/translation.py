@@ -1,0 +1,74 @@
+"""One translation of one input, as every engine and command returns it: the text, its tokens and
+scores, the n-best alternatives, and (when asked for) the attention that the alignment export,
+plots and viewer read, and per-token confidence."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..config import AlignConfig
+
+
+@dataclass
+class Translation:
+    """One hypothesis for one input. ``attention`` rows: target pieces + EOS; columns: source
+    pieces + EOS; shape (layers, heads, len(tgt_pieces), len(src_pieces))."""
+
+    source: str
+    text: str
+    tokens: list[int]
+    score: float  # length-penalised log-probability used for ranking
+    log_prob: float
+    src_pieces: list[str] = field(default_factory=list)
+    tgt_pieces: list[str] = field(default_factory=list)
+    attention: np.ndarray | None = None
+    src_tokens: list[int] = field(default_factory=list)  # source ids incl. EOS (for attribution)
+    alternatives: list["Translation"] = field(default_factory=list)  # n-best list, best first
+    #: ensembles: every member's attention (L_m, H_m, len(tgt_pieces), len(src_pieces)), the first
+    #: checkpoint's first (``attention`` is that one); None for one model
+    member_attention: list[np.ndarray] | None = None
+    #: with ``translate(..., confidence=True)``: log p(y_t | y_<t, x) of each target piece and EOS
+    #: (aligned with ``tgt_pieces``; they sum to ``log_prob`` when the search used the whole
+    #: vocabulary) and the entropy in nats of the model's distribution at that step
+    token_log_probs: list[float] | None = None
+    token_entropy: list[float] | None = None
+
+    @property
+    def alignment(self) -> np.ndarray | None:
+        """(tgt_len + 1, src_len + 1) attention averaged over the heads of the default layer
+        (the penultimate decoder layer; the only one for RNNs)."""
+        if self.attention is None:
+            return None
+        from ..alignment.matrices import aggregate
+
+        return aggregate(self.attention)
+
+    def confidence(self) -> dict[str, list[dict[str, Any]]] | None:
+        """Per target piece and per word (pieces joined at SentencePiece's word starts; EOS a word of its
+        own): ``log_prob`` (a word's: the sum of its pieces', the log-probability of the whole word) and
+        ``entropy`` (a word's: the mean of its pieces'). None unless translated with confidence=True."""
+        if self.token_log_probs is None or self.token_entropy is None:
+            return None
+        from ..alignment.matrices import word_spans, words_from_pieces
+
+        tokens = [{"piece": piece, "log_prob": lp, "entropy": h}
+                  for piece, lp, h in zip(self.tgt_pieces, self.token_log_probs, self.token_entropy)]
+        words = [{"word": word, "log_prob": sum(self.token_log_probs[start:end]),
+                  "entropy": sum(self.token_entropy[start:end]) / (end - start)}
+                 for word, (start, end) in zip(words_from_pieces(self.tgt_pieces), word_spans(self.tgt_pieces))]
+        return {"tokens": tokens, "words": words}
+
+    def alignment_record(self, index: int, layer: int | str = AlignConfig.layer,
+                         heads: str | list[int] = AlignConfig.heads, include_eos: bool = AlignConfig.include_eos,
+                         method: str = AlignConfig.method, threshold: float = AlignConfig.threshold):
+        """This translation's attention as an ``AlignmentRecord`` (word merge, Pharaoh links);
+        ``method`` "argmax" | "threshold" extracts the hard links (see seq2seq.alignment)."""
+        from ..alignment.records import AlignmentRecord
+
+        if self.attention is None:
+            raise ValueError("translate with need_attention=True to get alignments")
+        return AlignmentRecord.build(index, self.source, self.text, self.src_pieces, self.tgt_pieces,
+                                     self.attention, layer=layer, heads=heads, include_eos=include_eos,
+                                     method=method, threshold=threshold)
