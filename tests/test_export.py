@@ -242,3 +242,100 @@ def test_ctranslate2_int8_quantized_export_loads_and_translates(run_dir, tmp_pat
     # the tiny model's distributions are too flat for int8 to keep its outputs (the Multi30k figures are
     # in docs/guides/deploying.md): it must load and translate
     assert len(outputs) == 10 and all(isinstance(o, str) for o in outputs) and any(outputs)
+
+
+# ------------------------------------------------------------------------------ CTranslate2 as an engine
+
+
+@pytest.fixture()
+def own_run(run_dir, tmp_path) -> Path:
+    """A copy of the trained run: the engine writes its converted model beside the checkpoint."""
+    import shutil
+
+    return Path(shutil.copytree(run_dir, tmp_path / "run"))
+
+
+def test_the_ctranslate2_engine_translates_like_ours_with_our_attention_and_confidence(own_run, sources):
+    """Length penalty 0: the same outputs (but for float ties); GNMT alpha 1 (CTranslate2's beam re-ranked
+    by ours): nearly always; the n-best lists, attention and confidence are ours, as our engine gives them."""
+    pytest.importorskip("ctranslate2")
+    ours = Translator.from_checkpoint(own_run)
+    theirs = Translator.from_checkpoint(own_run, engine="ctranslate2")
+    assert ours.engine is None and theirs.engine.name == "ctranslate2" and (own_run / "best.ct2" / "model.bin").is_file()
+    for options, allowed in (({"beam_size": 1, "length_penalty": 0.0}, 0.05), ({"beam_size": 4, "n_best": 3}, 0.1)):
+        a = ours.translate(sources, confidence=True, **options)
+        b = theirs.translate(sources, confidence=True, **options)
+        same = [i for i in range(len(sources)) if a[i].text == b[i].text]
+        assert len(same) >= (1 - allowed) * len(sources), options
+        for i in same:
+            assert b[i].log_prob == pytest.approx(a[i].log_prob, abs=1e-3)
+            assert b[i].score == pytest.approx(a[i].score, abs=1e-3)
+            np.testing.assert_allclose(b[i].attention, a[i].attention, atol=1e-5)
+            np.testing.assert_allclose(b[i].token_log_probs, a[i].token_log_probs, atol=1e-5)
+            scores = [h.score for h in b[i].alternatives]  # the n-best list, best first
+            assert len(scores) == options.get("n_best", 1) and scores == sorted(scores, reverse=True)
+    prefixed = theirs.translate(sources[:5], prefix=["a b "] * 5, beam_size=2)
+    assert all(t.text.startswith("a b") for t in prefixed)
+    assert theirs.translate(["", sources[0]], beam_size=2)[0].text == ""  # an empty line stays empty
+
+
+def test_the_converted_model_is_cached_beside_the_checkpoint_and_redone_when_it_changes(own_run, monkeypatch,
+                                                                                          tmp_path):
+    pytest.importorskip("ctranslate2")
+    from seq2seq.decoding import ctranslate2 as engine
+
+    Translator.from_checkpoint(own_run, engine="ctranslate2")
+    cache = own_run / "best.ct2"
+    written = (cache / "model.bin").stat().st_mtime_ns
+    converted = []
+    import seq2seq.checkpoint.ctranslate2 as conversion  # cached_export imports it when it converts
+
+    real = conversion.write_ctranslate2
+    monkeypatch.setattr(conversion, "write_ctranslate2", lambda *a, **k: (converted.append(1), real(*a, **k))[1])
+    Translator.from_checkpoint(own_run, engine="ctranslate2")
+    assert converted == [] and (cache / "model.bin").stat().st_mtime_ns == written  # reused
+    (own_run / "best.pt").write_bytes((own_run / "best.pt").read_bytes())  # rewritten: a newer checkpoint
+    Translator.from_checkpoint(own_run, engine="ctranslate2")
+    assert converted == [1] and sorted(p.name for p in own_run.iterdir() if "ct2" in p.name) == ["best.ct2"]
+    monkeypatch.setattr(engine.os, "access", lambda path, mode: False)  # a read-only run directory
+    monkeypatch.setattr(engine.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    Translator.from_checkpoint(own_run, engine="ctranslate2")
+    assert [p.name.split("-", 1)[1] for p in (tmp_path / "tmp" / "seq2seq-ct2").iterdir()] == ["best.ct2"]
+
+
+def test_what_the_ctranslate2_engine_cannot_do_is_a_named_error_and_auto_falls_back(
+        own_run, tmp_path, tiny_tokenizer, caplog):
+    pytest.importorskip("ctranslate2")
+    from seq2seq.errors import UserError
+
+    rnn = _random_checkpoint(tmp_path / "rnn" / "best.pt", tiny_tokenizer, 1, **RNN)
+    with pytest.raises(UserError, match="cannot decode a rnn model.*--engine seq2seq"):
+        Translator.from_checkpoint(rnn, engine="ctranslate2")
+    with pytest.raises(UserError, match="cannot decode an ensemble"):
+        Translator.from_checkpoints([own_run, own_run], engine="ctranslate2")
+    with pytest.raises(UserError, match="--engine must be one of"):
+        Translator.from_checkpoint(own_run, engine="fast")
+    with caplog.at_level("INFO", logger="seq2seq"):
+        assert Translator.from_checkpoint(rnn, engine="auto").engine is None
+    assert "engine name=seq2seq reason='a rnn model" in caplog.text
+    assert not (tmp_path / "rnn" / "best.ct2").exists()
+    theirs = Translator.from_checkpoint(own_run, engine="auto")
+    assert theirs.engine is not None
+    with pytest.raises(UserError, match="--constraints: --engine ctranslate2 has no constrained search"):
+        theirs.translate(["a b"], constraints=[["c"]])
+    with pytest.raises(UserError, match="does not sample"):
+        theirs.translate(["a b"], sample=True, beam_size=1)
+
+
+def test_translate_and_serve_take_the_engine_flag(own_run, tmp_path, sources, capsys):
+    pytest.importorskip("ctranslate2")
+    from seq2seq.cli.translate import main as translate_main
+
+    (tmp_path / "in.txt").write_text("\n".join(sources[:8]) + "\n", encoding="utf-8")
+    outputs = {}
+    for engine in ("seq2seq", "ctranslate2"):
+        out = tmp_path / f"{engine}.txt"
+        assert translate_main(["--checkpoint", str(own_run), "--input", str(tmp_path / "in.txt"), "--output", str(out),
+                               "--engine", engine, "--beam-size", "1", "--device", "cpu", "--quiet"]) == 0
+        outputs[engine] = out.read_text(encoding="utf-8")
+    assert outputs["ctranslate2"] == outputs["seq2seq"]  # greedy: no length penalty, no ties on 8 lines

@@ -42,6 +42,9 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "int8"],
                    help="decoding precision, as seq2seq translate --precision (default: fp32); with int8 a "
                         "translation can depend on the sentences batched with it")
+    p.add_argument("--engine", choices=("seq2seq", "ctranslate2", "auto"), default="auto",
+                   help="who runs the search, as seq2seq translate --engine; auto (default): CTranslate2 where it "
+                        "can decode the model and is installed (the log and /health say which), else ours")
     p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
                    help="decode requests of one sentence with the Transformer's decoding step compiled "
                         "(torch.compile; about 2x faster), compiled in the background from start-up for the "
@@ -122,9 +125,10 @@ def main(argv: list[str] | None = None) -> int:
 
     translator = Translator.from_checkpoints(args.checkpoint, device=args.device, precision=args.precision,
                                              max_input_tokens=args.max_input_tokens, shortlist=args.shortlist,
-                                             shortlist_sizes=args.shortlist_sizes)
+                                             shortlist_sizes=args.shortlist_sizes, engine=args.engine)
     compiling = None
-    if args.compile == "on" or (args.compile == "auto" and compile_pays(translator.device, args.precision)):
+    wanted = args.compile == "on" or (args.compile == "auto" and compile_pays(translator.device, args.precision))
+    if wanted and translator.engine is None:  # compiled decoding is our engine's
         # as lone requests will run it, on their thread count; the server listens meanwhile
         compiling = translator.compile_in_background(sorted({1, decode.beam}), lone_sentence_threads(translator))
     align = align.for_model(translator.supervised_attention)  # a guided model: its supervised heads

@@ -55,6 +55,12 @@ def parse_args(argv: list[str] | None):
                         "compiled (torch.compile): about 2x faster per sentence on CPU after a one-off "
                         "compilation of 15-40 s per beam size, so it pays for long batch-1 jobs only "
                         "(docs/performance.md)")
+    p.add_argument("--engine", choices=("seq2seq", "ctranslate2", "auto"), default="seq2seq",
+                   help="who runs the search: seq2seq (ours, default), ctranslate2 (CTranslate2's runtime on the "
+                        "checkpoint converted once into NAME.ct2 beside it; Transformers only, no constraints, "
+                        "sampling, shortlist or ensembles; several times faster one sentence at a time on CPU) "
+                        "or auto (ctranslate2 where it can, else ours). Alignments and confidence come from our "
+                        "model either way")
     p.add_argument("--reference", help="reference file: print sacrebleu BLEU and chrF with signatures")
     p.add_argument("--prefix", metavar="FILE",
                    help="target prefixes, one per input line (an empty line: none): each translation starts with "
@@ -129,7 +135,7 @@ def job_from_args(args: argparse.Namespace) -> TranslateJob:
     return TranslateJob(
         checkpoints=list(args.checkpoint), input=args.input, output=args.output, reference=args.reference,
         decode=decode_config(args), device=args.device, precision=args.precision, compile=args.compile,
-        shortlist=args.shortlist,
+        engine=args.engine, shortlist=args.shortlist,
         shortlist_sizes=tuple(args.shortlist_sizes) if args.shortlist_sizes else None, alignments=args.alignments,
         plot_dir=args.plot_dir, html=args.html, max_plots=args.max_plots, align=align, attribution=attribution,
         output_format=args.output_format, prefix=args.prefix, contrast=args.contrast,

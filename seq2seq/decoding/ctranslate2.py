@@ -171,14 +171,25 @@ class CTranslate2Search:
                 [pieces[i] for i in rows], target_prefix=prefix if any(prefix) else None, beam_size=beam,
                 num_hypotheses=keep, length_penalty=0.0, return_scores=True, max_batch_size=decode.batch,
                 batch_type="examples", max_decoding_length=limit, min_decoding_length=0, max_input_length=0)
+            cut = [(i, tokens) for i, result in zip(rows, results) for tokens in result.hypotheses
+                   if len(tokens) >= limit]  # stopped by the bound: no EOS in CTranslate2's score
+            with_eos = iter(self._log_probs([pieces[i] for i, _ in cut], [tokens for _, tokens in cut]))
             for i, result in zip(rows, results):
                 hyps = []
                 for tokens, log_prob in zip(result.hypotheses, result.scores):
+                    if len(tokens) >= limit:  # ours ends such an output with EOS's log-probability too
+                        log_prob = next(with_eos)
                     ids = [self.tokenizer.piece_to_id(p) for p in tokens]
                     score = log_prob / length_penalty_gnmt(len(ids) + 1, alpha) if beam > 1 else log_prob
                     hyps.append(Hypothesis(ids, score, log_prob))
                 out[i] = sorted(hyps, key=lambda h: -h.score)[: decode.n_best]
         return out
+
+    def _log_probs(self, sources: list[list[str]], targets: list[list[str]]) -> list[float]:
+        """log p(target + EOS | source) by CTranslate2's teacher-forced scoring."""
+        if not sources:
+            return []
+        return [sum(r.log_probs) for r in self.translator.score_batch(sources, targets, max_input_length=0)]
 
 
 class CTranslate2Translator:

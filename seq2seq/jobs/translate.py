@@ -62,6 +62,7 @@ class TranslateJob:
     device: str = "auto"
     precision: str = "fp32"
     compile: bool = False  # compiled one-sentence-at-a-time decoding (Translator.from_checkpoints)
+    engine: str = "seq2seq"  # who runs the search: seq2seq, ctranslate2 or auto (Translator.from_checkpoints)
     shortlist: str | None = None  # a file, or "auto": the run's shortlist.npz
     shortlist_sizes: tuple[int, int] | None = None
     alignments: str | None = None  # JSONL (+ .npz beside it)
@@ -84,7 +85,7 @@ def translate_stream(job: TranslateJob) -> int:
     translator = Translator.from_checkpoints(job.checkpoints, device=job.device,
                                              max_input_tokens=decode.max_input_tokens, precision=job.precision,
                                              shortlist=job.shortlist, compile=job.compile,
-                                             shortlist_sizes=job.shortlist_sizes)
+                                             shortlist_sizes=job.shortlist_sizes, engine=job.engine)
     job = dataclasses.replace(job, align=job.align.for_model(translator.supervised_attention))
     references = read_lines(job.reference, "--reference") if job.reference else None
     per_line = {flag: (path, read_lines(path, flag))  # files with one line per input line

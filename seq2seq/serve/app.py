@@ -100,6 +100,7 @@ def create_app(translator: Translator, settings: ServeSettings | None = None,
         stats = batcher.stats
         return Health(status="stopping" if batcher.closing else "ok", model=translator.checkpoints, arch=arch,
                       compiled=compiling.status if compiling else "off",
+                      engine=translator.engine.name if translator.engine is not None else "seq2seq",
                       device=str(translator.device), precision=settings.precision, queue_requests=jobs,
                       queue_sentences=sentences, in_flight_sentences=batcher.in_flight,
                       model_calls=stats.model_calls, sentences_translated=stats.items,

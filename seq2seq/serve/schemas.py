@@ -106,6 +106,7 @@ class Health(BaseModel):
     status: str = Field(description="'ok', or 'stopping' during shutdown")
     model: list[str] = Field(description="the checkpoint(s); several: an ensemble")
     arch: str
+    engine: str = Field(description="who runs the search: 'seq2seq' (ours) or 'ctranslate2' (seq2seq serve --engine)")
     compiled: str = Field(description="compiled decoding of lone sentences: 'off', 'compiling' (answered uncompiled "
                                       "meanwhile), 'ready' (live) or 'failed' (uncompiled; the log says why)")
     device: str

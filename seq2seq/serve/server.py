@@ -60,6 +60,7 @@ def run_server(translator: Translator, settings: ServeSettings, host: str = "127
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     log("serve", url=url, arch=describe_arch(translator.model).replace(" ", ""), device=translator.device,
         max_batch_sentences=settings.limits.max_batch_sentences, max_wait_ms=settings.limits.max_wait_ms,
+        engine=translator.engine.name if translator.engine is not None else "seq2seq",
         compiled=compiling.status if compiling else "off")
     signals: list[int] = []
     previous = {}
