@@ -52,7 +52,7 @@ def start_server(args: argparse.Namespace, mode: str) -> tuple[subprocess.Popen,
                "127.0.0.1", "--port", "0", "--device", args.device, "--beam-size", str(args.beam_size), "--quiet",
                "--max-queue-sentences", str(max(1024, args.clients * args.sentences_per_request)),
                "--max-request-sentences", str(max(128, args.sentences_per_request)), "--compile", args.compile,
-               *flags]
+               "--engine", args.engine, *flags]
     print(f"[{mode}] {' '.join(command)}", file=sys.stderr, flush=True)
     started = time.perf_counter()
     proc = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -177,7 +177,8 @@ def serve_table(record: dict) -> str:
     ref = record["reference"]
     head = [f"`seq2seq serve` on loopback, {s['clients']} concurrent clients, {s['sentences_per_request']} "
             f"sentence(s) per request, beam {s['beam_size']}, batching: --max-batch-sentences "
-            f"{s['max_batch_sentences']} --max-wait-ms {s['max_wait_ms']}, --compile {s['compile']}; "
+            f"{s['max_batch_sentences']} --max-wait-ms {s['max_wait_ms']}, --engine {s.get('engine', 'seq2seq')}, "
+            f"--compile {s['compile']}; "
             f"{record['machine']['cpu']}.", ""]
     foot = ["", f"Reference, `Translator.translate` on the same {ref['sentences']} sentences in one call: "
                 f"{ref['sentences_per_s']:.1f} sentences/s."]
@@ -202,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=120, help="client timeout per request, seconds")
     parser.add_argument("--startup-timeout", type=float, default=300)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--engine", choices=["seq2seq", "ctranslate2", "auto"], default="auto",
+                        help="the server's --engine (default: auto, as the server's)")
     parser.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
                         help="the server's --compile (compiled decoding of lone requests; default: auto)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "serve.json")
@@ -215,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
               "settings": {"requests": args.requests, "seconds_limit": args.seconds, "clients": args.clients,
                            "sentences_per_request": k, "beam_size": args.beam_size,
                            "max_batch_sentences": args.max_batch_sentences, "max_wait_ms": args.max_wait_ms,
-                           "warmup": args.warmup, "device": args.device, "compile": args.compile},
+                           "warmup": args.warmup, "device": args.device, "compile": args.compile,
+                           "engine": args.engine},
               "modes": {mode: run_mode(mode, requests, args) for mode in args.modes}}
     sent = max(1, max(r["requests_ok"] for r in record["modes"].values()))
     record["reference"] = reference([s for request in requests[:sent] for s in request], args)

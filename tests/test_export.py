@@ -261,7 +261,8 @@ def test_the_ctranslate2_engine_translates_like_ours_with_our_attention_and_conf
     pytest.importorskip("ctranslate2")
     ours = Translator.from_checkpoint(own_run)
     theirs = Translator.from_checkpoint(own_run, engine="ctranslate2")
-    assert ours.engine is None and theirs.engine.name == "ctranslate2" and (own_run / "best.ct2" / "model.bin").is_file()
+    assert ours.engine is None and theirs.engine.name == "ctranslate2"
+    assert (own_run / "best.ct2" / "model.bin").is_file()
     for options, allowed in (({"beam_size": 1, "length_penalty": 0.0}, 0.05), ({"beam_size": 4, "n_best": 3}, 0.1)):
         a = ours.translate(sources, confidence=True, **options)
         b = theirs.translate(sources, confidence=True, **options)

@@ -302,6 +302,28 @@ def test_the_server_answers_while_its_decoding_compiles_and_health_says_when_it_
     assert {key[0] for key in translator.model.compiled_step.graphs} == {1, 5}
 
 
+def test_serve_runs_the_ctranslate2_engine_where_it_can_and_says_so(checkpoint, monkeypatch, tmp_path):  # noqa: F811
+    """--engine auto (serve's default) picks CTranslate2 for a Transformer (converted beside a copy of
+    the checkpoint), compiles nothing, and answers what the same engine's Translator gives."""
+    pytest.importorskip("ctranslate2")
+    import shutil
+
+    own = Path(shutil.copy(checkpoint, tmp_path / "best.pt"))
+    started = {}
+    monkeypatch.setattr("seq2seq.serve.server.run_server",
+                        lambda translator, settings, host, port, quiet, compiling: started.update(
+                            translator=translator, compiling=compiling))
+    assert serve_cli.main(["--checkpoint", str(own), "--device", "cpu", "--quiet"]) == 0
+    translator = started["translator"]
+    assert translator.engine.name == "ctranslate2" and started["compiling"] is None and (tmp_path / "best.ct2").is_dir()
+    with TestClient(create_app(translator, ServeSettings())) as client:
+        assert health(client)["engine"] == "ctranslate2" and health(client)["compiled"] == "off"
+        body = client.post("/translate", json={"sentences": SOURCES, "alignments": True}).json()
+    want = translator.translate(SOURCES)
+    assert [t["translation"] for t in body["translations"]] == [t.text for t in want]
+    assert body["translations"][0]["alignment"]["pharaoh_word"] is not None
+
+
 @pytest.mark.parametrize("flag,compiles", [("auto", True), ("on", True), ("off", False)])
 def test_serve_starts_listening_with_its_compilation_under_way(checkpoint, monkeypatch, flag, compiles):  # noqa: F811
     monkeypatch.setattr(compiled, "BACKEND", "eager")
@@ -309,8 +331,8 @@ def test_serve_starts_listening_with_its_compilation_under_way(checkpoint, monke
     monkeypatch.setattr("seq2seq.serve.server.run_server",
                         lambda translator, settings, host, port, quiet, compiling: started.update(
                             compiling=compiling, status=compiling and compiling.status))
-    assert serve_cli.main(["--checkpoint", str(checkpoint), "--device", "cpu", "--compile", flag, "--beam-size",
-                           "3", "--quiet"]) == 0
+    assert serve_cli.main(["--checkpoint", str(checkpoint), "--device", "cpu", "--engine", "seq2seq", "--compile", flag,
+                           "--beam-size", "3", "--quiet"]) == 0
     job = started["compiling"]
     assert (job is not None) == compiles
     if compiles:
@@ -414,9 +436,9 @@ def test_a_port_in_use_is_a_named_error():
 def start_server(run: Path, *flags: str) -> tuple[subprocess.Popen, str, list[str]]:
     """``seq2seq serve`` on a free loopback port; its URL from the ``serve url=`` log line."""
     proc = subprocess.Popen([sys.executable, "-m", "seq2seq", "serve", "--checkpoint", str(run), "--device",
-                             "cpu", "--port", "0", "--compile", "off", *flags], cwd=ROOT, env=ONE_THREAD,
-                            stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                             "cpu", "--port", "0", "--engine", "seq2seq", "--compile", "off", *flags], cwd=ROOT,
+                            env=ONE_THREAD, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
     log: list[str] = []
     for line in proc.stderr:
         log.append(line)
@@ -475,8 +497,8 @@ def test_serve_benchmark_smoke_run_records_the_mode_and_the_reference(checkpoint
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_serve.py"), "--checkpoint",
                            str(checkpoint), "--data-dir", str(tmp_path), "--src", "en", "--tgt", "de", "--test-split",
                            "test", "--requests", "4", "--clients", "2", "--warmup", "1", "--beam-size", "2",
-                           "--modes", "no-batching", "--compile", "off", "--out", str(out)], capture_output=True,
-                          text=True, cwd=tmp_path,
+                           "--modes", "no-batching", "--engine", "seq2seq", "--compile", "off", "--out", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path,
                           env=ONE_THREAD, stdin=subprocess.DEVNULL, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads(out.read_text())
