@@ -65,6 +65,20 @@ def ieee_fp32():
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
+@contextmanager
+def torch_threads(threads: int | None):
+    """torch's intra-op threads (this thread's setting) for the block, as before afterwards; None:
+    unchanged."""
+    before = torch.get_num_threads()
+    if threads is not None and threads != before:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for the work queued on a CUDA ``device`` (for timing); nothing elsewhere."""
     if device.type == "cuda":

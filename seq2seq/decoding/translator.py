@@ -31,7 +31,7 @@ from ..errors import UserError
 from ..models.base import EncoderDecoder
 from ..models.compiled import BackgroundCompile, compile_decoding, compile_pays
 from ..nn.packed import pack_for_decoding
-from ..runtime import LOGGER, ieee_fp32, precision_warning, resolve_device
+from ..runtime import LOGGER, ieee_fp32, precision_warning, resolve_device, torch_threads
 from .scoring import pad_ids
 from .shortlist import FILE_NAME, Shortlist
 from .ensemble import EnsembleModel
@@ -163,9 +163,10 @@ class Translator:
                                 f"{config.model.vocab_size}; rebuild it with `seq2seq shortlist`")
             if shortlist_sizes is not None:
                 shortlist = shortlist.with_sizes(*shortlist_sizes)
-        models = [_build(member, dev, precision) for member in loaded]
-        model = models[0] if len(models) == 1 else EnsembleModel(models)
         search = open_engine(engine, loaded, dev, precision, shortlist is not None, torch.get_num_threads())
+        with torch_threads(1 if search is not None else None):  # see ``translate``
+            models = [_build(member, dev, precision) for member in loaded]
+        model = models[0] if len(models) == 1 else EnsembleModel(models)
         wanted = compile_pays(dev, precision) if compile is None else compile
         compiled = compile_decoding(model) if wanted and search is None else False
         return cls(model, tokenizer, dev, max_input_tokens, shortlist, compiled=compiled, engine=search,
@@ -245,7 +246,10 @@ class Translator:
         decode = _decode_config(decode, options)
         if decode.sample and decode.seed is None:  # one seed for the whole call: sentence i's samples
             decode = dataclasses.replace(decode, seed=secrets.randbits(63))  # do not depend on the batching
-        with ieee_fp32():
+        # with another engine our model's passes (attention, confidence) run on one thread: once
+        # torch's own thread pool has started, CTranslate2's search in the same process runs 4-5x
+        # slower (measured, 2 cores; docs/guides/deploying.md)
+        with ieee_fp32(), torch_threads(1 if self.engine is not None else None):
             return self._translate(sentences, decode, prefix, constraints, need_attention, confidence, first_line,
                                    progress)
 

@@ -132,9 +132,7 @@ class BackgroundCompile:
             return "off"
         for _, twin, step, encode in parts:
             _attach(twin, step, encode)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # a failure is reported by the status
-            self.warm_up(view)
+        self.warm_up(view)  # a compiler failure also warns (``Compiled.call``)
         failures = [c.failure for _, _, step, encode in parts for c in (step, encode) if c.failure]
         if failures:
             self.error = failures[0]
