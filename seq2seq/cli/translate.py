@@ -61,6 +61,11 @@ def parse_args(argv: list[str] | None):
                         "sampling, shortlist or ensembles; several times faster one sentence at a time on CPU) "
                         "or auto (ctranslate2 where it can, else ours). Alignments and confidence come from our "
                         "model either way")
+    p.add_argument("--markup", choices=("xml", "html"),
+                   help="input lines carry inline tags (<b>, <a href=...>, <br/>): they are removed, the text "
+                        "translated, and each element put back around the target words aligned to the words it "
+                        "enclosed; the output is always well formed (xml: broken markup is an error naming the "
+                        "line; html: repaired). docs/guides/translating.md")
     p.add_argument("--reference", help="reference file: print sacrebleu BLEU and chrF with signatures")
     p.add_argument("--prefix", metavar="FILE",
                    help="target prefixes, one per input line (an empty line: none): each translation starts with "
@@ -138,5 +143,5 @@ def job_from_args(args: argparse.Namespace) -> TranslateJob:
         engine=args.engine, shortlist=args.shortlist,
         shortlist_sizes=tuple(args.shortlist_sizes) if args.shortlist_sizes else None, alignments=args.alignments,
         plot_dir=args.plot_dir, html=args.html, max_plots=args.max_plots, align=align, attribution=attribution,
-        output_format=args.output_format, prefix=args.prefix, contrast=args.contrast,
+        output_format=args.output_format, markup=args.markup, prefix=args.prefix, contrast=args.contrast,
         constraints=args.constraints)

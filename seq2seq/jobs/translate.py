@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..decoding.ensemble import EnsembleModel
+from ..decoding.markup import translate_markup
 from ..decoding.translator import Translation, Translator
 from ..config import AlignConfig, AttributionConfig, DecodeConfig
 from ..errors import UserError
@@ -70,6 +71,7 @@ class TranslateJob:
     html: str | None = None
     max_plots: int = 100
     output_format: str = "text"  # "jsonl": one JSON object per input with per-token confidence
+    markup: str | None = None  # "xml" / "html": inline tags carried across by the alignments (decoding.markup)
     align: AlignConfig = field(default_factory=AlignConfig)
     attribution: AttributionConfig = field(default_factory=AttributionConfig)
 
@@ -81,6 +83,7 @@ class TranslateJob:
 def translate_stream(job: TranslateJob) -> int:
     """Run ``seq2seq translate``'s job; returns the number of input lines translated."""
     _check_attribution(job)
+    _check_markup(job)
     decode = job.decode
     translator = Translator.from_checkpoints(job.checkpoints, device=job.device,
                                              max_input_tokens=decode.max_input_tokens, precision=job.precision,
@@ -103,6 +106,11 @@ def translate_stream(job: TranslateJob) -> int:
         sink = stack.enter_context(_alignment_sink(job, translator, contrasts)) if job.need_attention else None
         for chunk in chunks(iter_lines(job.input, "--input"), chunk_size):
             _check_per_line(per_line, job.input, done + len(chunk), final=False)
+            if job.markup:
+                texts_out = translate_markup(translator, chunk, job.markup, decode, job.align, first_line=done + 1)
+                out.write("".join(text + "\n" for text in texts_out))
+                done += len(chunk)
+                continue
             results = translator.translate(
                 chunk, decode, prefix=None if prefixes is None else prefixes[done:done + len(chunk)],
                 constraints=None if constraints is None else constraints[done:done + len(chunk)],
@@ -137,6 +145,19 @@ def _check_per_line(per_line: dict[str, tuple[str, list[str]]], source: str | No
 
 def _name(path: str | None) -> str:
     return "(standard input)" if path in (None, "-") else str(path)
+
+
+def _check_markup(job: TranslateJob) -> None:
+    """--markup writes one marked-up line per input line: the options that write something else are named."""
+    if job.markup is None:
+        return
+    others = {"--n-best": job.decode.n_best > 1, "--output-format jsonl": job.output_format == "jsonl",
+              "--alignments": job.alignments, "--plot-dir": job.plot_dir, "--html": job.html,
+              "--reference": job.reference, "--prefix": job.prefix, "--constraints": job.constraints}
+    clash = [flag for flag, given in others.items() if given]
+    if clash:
+        raise UserError(f"--markup writes one marked-up translation per input line; it does not combine with "
+                        f"{', '.join(clash)} yet: drop {'it' if len(clash) == 1 else 'them'} or --markup")
 
 
 def _check_attribution(job: TranslateJob) -> None:

@@ -1,0 +1,135 @@
+"""Inline markup carried across translations (``seq2seq.decoding.markup``, ``translate --markup``): tags
+round-trip, nesting and attributes survive, every output is well formed (a property test over random
+nestings and alignments, broken input included), and the text is translated as it would be without tags."""
+from __future__ import annotations
+
+import random
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from seq2seq.cli.translate import main as translate_main
+from seq2seq.decoding.markup import parse, render, transfer, translate_markup
+from seq2seq.decoding.translator import Translator
+from seq2seq.errors import UserError
+from test_align_cli import checkpoint  # noqa: F401  (the tiny trained checkpoint, built once per run)
+
+TAG = re.compile(r"<[^>]*>")
+
+
+def carry(line: str, target: str, links: set, mode: str = "xml") -> str:
+    text, elements = parse(line, mode)
+    words = target.split()
+    transfer(elements, links, len(text.split()), len(words))
+    return render(words, elements)
+
+
+def well_formed(text: str) -> ET.Element:
+    return ET.fromstring(f"<root>{text}</root>")
+
+
+def test_tags_round_trip_around_words_and_untranslatable_content():
+    line = 'Call <b>112</b> or see <a href="https://x.org/?a=1&amp;b=2" class=\'y\'>the page</a>.'
+    identity = {(i, i) for i in range(7)}
+    out = carry(line, "Call 112 or see the page.", identity)
+    assert out == 'Call <b>112</b> or see <a href="https://x.org/?a=1&amp;b=2" class=\'y\'>the page.</a>'
+    assert carry("<i>Hallo</i> Welt", "Hello world", {(0, 0), (1, 1)}) == "<i>Hello</i> world"
+
+
+def test_nesting_attributes_and_reordering_follow_the_links():
+    line = 'Ein <b id="1">großer <i>Hund</i></b><br/> läuft &amp; bellt.'
+    text, elements = parse(line, "html")
+    assert text == "Ein großer Hund läuft & bellt."
+    assert [(e.open_tag, e.start, e.end) for e in elements] == [('<b id="1">', 1, 3), ("<br/>", 3, 3)]
+    links = {(0, 0), (1, 2), (2, 1), (3, 3), (4, 4), (5, 5)}  # "Hund großer" -> "dog big"
+    out = carry(line, "A dog big runs & barks.", links, "html")
+    assert out == 'A <b id="1"><i>dog</i> big</b><br/> runs &amp; barks.'
+    assert TAG.sub("", out) == "A dog big runs &amp; barks."
+
+
+def test_elements_around_nothing_keep_their_relative_position_and_crossings_are_repaired():
+    assert carry("eins <x/>zwei drei vier", "one two three four", set()) == "one<x/> two three four"
+    # <a> and <b> would overlap in the target (crossing links): <b> starts after <a> ends
+    out = carry("<a>eins zwei</a> <b>drei vier</b>", "w0 w1 w2 w3", {(0, 0), (1, 2), (2, 1), (3, 3)})
+    assert out == "<a>w0 w1 w2</a> <b>w3</b>"
+    well_formed(out)
+    # the smallest covering span; a child placed outside its parent (here by relative position) is cut
+    assert carry("<p>eins <q>zwei</q></p> drei", "w0 w1 w2", {(0, 0), (1, 2), (2, 1)}) == "<p>w0 w1 <q>w2</q></p>"
+    assert carry("<p>eins <q>zwei</q></p> drei", "w0 w1 w2", {(0, 0), (2, 1)}) == "<p>w0<q></q></p> w1 w2"
+
+
+def test_broken_markup_is_a_named_error_in_xml_and_repaired_in_html():
+    for line, words in (("a <b>c", "is never closed"), ("a </b> c", "closes no open element"),
+                        ("<b>a <i>c</b></i>", "while <i> inside it is still open")):
+        with pytest.raises(UserError, match=words):
+            parse(line, "xml", "input line 7")
+        out = carry(line, "x y z", {(0, 0), (1, 1)}, "html")
+        well_formed(out)
+        assert TAG.sub("", out) == "x y z"
+    with pytest.raises(UserError, match="--markup must be one of"):
+        parse("a", "sgml")
+
+
+def _random_line(rng: random.Random, words: list[str], depth: int = 0) -> str:
+    parts = []
+    for _ in range(rng.randint(0, 3)):
+        kind = rng.random()
+        if kind < 0.5 or depth > 2:
+            parts.append(rng.choice(words))
+        elif kind < 0.65:
+            parts.append(f"<v{rng.randint(0, 3)}/>")
+        else:
+            name = f"t{rng.randint(0, 3)}"
+            attrs = rng.choice(["", ' k="a&amp;b"', " k='1'"])
+            parts.append(f"<{name}{attrs}>{_random_line(rng, words, depth + 1)}</{name}>")
+    return rng.choice([" ", ""]).join(parts)
+
+
+def test_every_output_is_well_formed_whatever_the_nesting_and_the_alignment():
+    """Property test: random nestings, random target lengths, random (crossing, partial) links: the
+    output parses as XML, keeps every tag once, and its text is the target's words in order."""
+    rng = random.Random(0)
+    for _ in range(500):
+        line = _random_line(rng, ["w", "x&amp;y", "z&lt;", "q"])
+        text, elements = parse(line, "xml")
+        n_source, n_target = len(text.split()), rng.randint(0, 6)
+        links = {(rng.randrange(n_source), rng.randrange(n_target)) for _ in range(rng.randint(0, 8))
+                 if n_source and n_target}
+        target = [f"t{j}&" for j in range(n_target)]
+        transfer(elements, links, n_source, n_target)
+        out = render(target, elements)
+        root = well_formed(out)
+        assert sorted(TAG.findall(out)) == sorted(TAG.findall(line)), (line, out)
+        assert " ".join("".join(root.itertext()).split()) == " ".join(target), (line, out)
+        closing = [m.start() for m in re.finditer(r"</t\d>", line)]
+        if closing:  # broken: an end tag dropped, a stray one added; html repairs both
+            cut = rng.choice(closing)
+            broken = line[:cut] + line[cut:].split(">", 1)[1] + rng.choice(["", "</t9>"])
+            text, elements = parse(broken, "html")
+            transfer(elements, links, n_source, n_target)
+            well_formed(render(target, elements))
+
+
+def test_translate_with_markup_translates_the_text_as_without_tags(checkpoint, tmp_path, capsys):  # noqa: F811
+    translator = Translator.from_checkpoint(checkpoint, device="cpu")
+    lines = ["<b>twenty-one</b> and <i>three</i>", "seven <br/>thousand", "", "plain words"]
+    out = translate_markup(translator, lines, "html")
+    plain = [t.text for t in translator.translate([TAG.sub("", line) for line in lines])]
+    assert [" ".join(TAG.sub("", o).split()) for o in out] == [" ".join(p.split()) for p in plain]
+    for line, result in zip(lines, out):
+        assert sorted(TAG.findall(result)) == sorted(TAG.findall(line))
+        well_formed(result)
+    source = tmp_path / "in.html"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    target = tmp_path / "out.html"
+    assert translate_main(["--checkpoint", str(checkpoint), "--input", str(source), "--output", str(target),
+                           "--markup", "html", "--device", "cpu", "--quiet"]) == 0
+    assert target.read_text(encoding="utf-8").splitlines() == out
+    source.write_text("fine\n<b>broken\n", encoding="utf-8")
+    assert translate_main(["--checkpoint", str(checkpoint), "--input", str(source), "--output", str(target),
+                           "--markup", "xml", "--device", "cpu", "--quiet"]) == 2
+    assert "input line 2: <b> is never closed" in capsys.readouterr().err
+    assert translate_main(["--checkpoint", str(checkpoint), "--input", str(source), "--markup", "html",
+                           "--n-best", "2", "--device", "cpu"]) == 2
+    assert "does not combine with --n-best" in capsys.readouterr().err
