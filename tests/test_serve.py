@@ -339,6 +339,20 @@ def test_serve_starts_listening_with_its_compilation_under_way(checkpoint, monke
         assert started["status"] == "compiling" and job.wait(60) == "ready"  # listening came first
 
 
+def test_a_request_with_markup_gets_its_tags_carried_across(client, translator):
+    sentences = ["<b>twenty-one</b> and <i>three</i>", "seven <br/>thousand"]
+    body = client.post("/translate", json={"sentences": sentences, "markup": "html"}).json()
+    plain = translator.translate(["twenty-one and three", "seven thousand"])
+    for sent, result, want in zip(sentences, body["translations"], plain):
+        assert result["source"] == sent and result["translation"] == want.text and result.get("alignment") is None
+        assert re.sub(r"<[^>]*>", "", result["markup"]).split() == want.text.split()
+        assert sorted(re.findall(r"<[^>]*>", result["markup"])) == sorted(re.findall(r"<[^>]*>", sent))
+    assert "markup" not in client.post("/translate", json=GOOD).json()["translations"][0]
+    broken = client.post("/translate", json={"sentences": ["ok", "<b>open"], "markup": "xml"})
+    assert broken.status_code == 422 and "sentence 1: <b> is never closed" in broken.json()["error"]
+    assert '"markup": "html"' in broken.json()["error"]
+
+
 KEY = "k3y-" + "x" * 28
 
 

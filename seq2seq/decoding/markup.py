@@ -244,17 +244,19 @@ def translate_markup(translator, lines: Sequence[str], mode: str, decode=None, a
     parsed = [parse(line, mode, f"input line {first_line + k}") for k, line in enumerate(lines)]
     align = (align or AlignConfig()).for_model(translator.supervised_attention)
     results = translator.translate([text for text, _ in parsed], decode, need_attention=True, first_line=first_line)
-    out = []
-    for k, ((text, elements), result) in enumerate(zip(parsed, results)):
-        words = result.text.split()
-        if elements and words:
-            record = result.alignment_record(k, layer=align.layer, heads=align.heads, include_eos=False,
-                                             method=align.method, threshold=align.threshold)
-            sources = len(text.split())
-            links = word_links(record.pharaoh_word, sources, len(words), len(record.src_words),
-                               len(record.tgt_words))
-            transfer(elements, links, sources, len(words))
-        else:
-            transfer(elements, set(), len(text.split()), len(words))
-        out.append(render(words, elements))
-    return out
+    return [carry(result, text, elements, align, k)
+            for k, ((text, elements), result) in enumerate(zip(parsed, results))]
+
+
+def carry(result, text: str, elements: list[Element], align, index: int = 0) -> str:
+    """``result`` (a ``Translation`` of ``text`` with its attention) with ``elements`` (``parse``)
+    carried across by the word links of ``align`` (an ``AlignConfig``)."""
+    words = result.text.split()
+    links: set[tuple[int, int]] = set()
+    sources = len(text.split())
+    if elements and words:
+        record = result.alignment_record(index, layer=align.layer, heads=align.heads, include_eos=False,
+                                         method=align.method, threshold=align.threshold)
+        links = word_links(record.pharaoh_word, sources, len(words), len(record.src_words), len(record.tgt_words))
+    transfer(elements, links, sources, len(words))
+    return render(words, elements)

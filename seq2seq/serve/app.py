@@ -22,6 +22,7 @@ import torch
 from fastapi import FastAPI, HTTPException, Request, Response
 
 from ..version import __version__
+from ..decoding.markup import carry, parse
 from ..decoding.translator import Translation, Translator
 from ..errors import UserError
 from ..models.compiled import BackgroundCompile
@@ -80,10 +81,12 @@ def create_app(translator: Translator, settings: ServeSettings | None = None,
                                      "give one list of phrases per sentence ([] = none)")
         prefixes = body.prefixes or [""] * len(body.sentences)
         constraints = [tuple(c) for c in body.constraints] if body.constraints else [()] * len(body.sentences)
+        parsed = parse_markup(body)
+        sentences = body.sentences if parsed is None else [text for text, _ in parsed]
         finish = partial(response_bytes, settings=settings, alignments=body.alignments, attention=body.attention,
-                         confidence=body.confidence)
+                         confidence=body.confidence, markup=parsed, sources=body.sentences)
         try:
-            future = batcher.submit(list(zip(body.sentences, prefixes, constraints)), decode_options(body, settings),
+            future = batcher.submit(list(zip(sentences, prefixes, constraints)), decode_options(body, settings),
                                     finish)
         except QueueFull as exc:
             raise HTTPException(429, f"the server is busy: {exc} (--max-queue-sentences); retry after "
@@ -123,7 +126,19 @@ def decode_options(body: TranslateRequest, settings: ServeSettings) -> DecodeOpt
     if decode.beam > settings.limits.max_beam_size:
         raise HTTPException(422, f"beam_size {decode.beam} is above this server's limit of "
                                  f"{settings.limits.max_beam_size} (--max-beam-size); ask for a smaller beam")
-    return DecodeOptions(decode, need_attention=body.alignments or body.attention, need_confidence=body.confidence)
+    return DecodeOptions(decode, need_attention=body.alignments or body.attention or body.markup is not None,
+                         need_confidence=body.confidence)
+
+
+def parse_markup(body: TranslateRequest) -> list[tuple[str, list]] | None:
+    """Each sentence's plain text and elements (``decoding.markup.parse``) with ``markup``; 422
+    naming the sentence for markup the xml mode cannot read."""
+    if body.markup is None:
+        return None
+    try:
+        return [parse(sentence, body.markup, f"sentence {i}") for i, sentence in enumerate(body.sentences)]
+    except UserError as exc:
+        raise HTTPException(422, str(exc).replace("--markup html", '"markup": "html"')) from None
 
 
 def check_sentences(sentences: list[str], limits: Limits) -> None:
@@ -170,10 +185,18 @@ def translate_batch(translator: Translator, settings: ServeSettings, threads: in
 
 
 def response_bytes(translations: list[Translation], settings: ServeSettings, alignments: bool,
-                   attention: bool, confidence: bool = False) -> bytes:
-    """One request's ``TranslateResponse`` as JSON (in the worker thread)."""
-    return json_bytes({"translations": [sentence_json(t, i, settings, alignments, attention, confidence)
-                                        for i, t in enumerate(translations)]})
+                   attention: bool, confidence: bool = False, markup: list[tuple[str, list]] | None = None,
+                   sources: list[str] | None = None) -> bytes:
+    """One request's ``TranslateResponse`` as JSON (in the worker thread); with ``markup`` (each
+    sentence's plain text and elements) the tags carried across, and ``sources`` as sent."""
+    results = []
+    for i, t in enumerate(translations):
+        marked = None if markup is None else carry(t, *markup[i], settings.align, i)
+        result = sentence_json(t, i, settings, alignments, attention, confidence, marked)
+        if markup is not None and sources is not None:
+            result["source"] = sources[i]
+        results.append(result)
+    return json_bytes({"translations": results})
 
 
 async def wait_for(future, request: Request, timeout: float) -> bytes:

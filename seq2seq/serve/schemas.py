@@ -7,7 +7,7 @@ word merge, Pharaoh links, read as the server's ``--align-*`` flags say); attent
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,6 +39,9 @@ class TranslateRequest(BaseModel):
                                                 "translation must contain verbatim ([] = none; terminology; "
                                                 "constrained beam search with dynamic beam allocation)")
     ordered_constraints: bool = Field(False, description="the constraint phrases must appear in the order given")
+    markup: Literal["xml", "html"] | None = Field(None, description="the sentences carry inline tags: translated "
+                                                  "without them, each result's 'markup' has them carried across by "
+                                                  "the word alignments (seq2seq translate --markup)")
 
 
 class Alignment(BaseModel):
@@ -95,6 +98,8 @@ class Hypothesis(BaseModel):
 
 class SentenceResult(Hypothesis):
     source: str
+    markup: str | None = Field(None, description="with a request's markup: the translation with the source's tags "
+                                                 "(well formed; 'translation' is the text without them)")
     alternatives: list[Hypothesis] = Field(description="the rest of the n-best list, next best first")
 
 
@@ -155,10 +160,10 @@ def hypothesis_json(translation: Translation, index: int, settings: ServeSetting
 
 
 def sentence_json(translation: Translation, index: int, settings: ServeSettings, alignments: bool,
-                  attention: bool, confidence: bool = False) -> dict[str, Any]:
+                  attention: bool, confidence: bool = False, markup: str | None = None) -> dict[str, Any]:
     """One input's ``SentenceResult`` dict: the best hypothesis and the rest of the n-best list."""
     rest = translation.alternatives[1:]
-    return {"source": translation.source,
+    return {"source": translation.source, **({"markup": markup} if markup is not None else {}),
             **hypothesis_json(translation, index, settings, alignments, attention, confidence),
             "alternatives": [hypothesis_json(t, index, settings, alignments, attention, confidence) for t in rest]}
 
