@@ -133,3 +133,36 @@ def test_translate_with_markup_translates_the_text_as_without_tags(checkpoint, t
     assert translate_main(["--checkpoint", str(checkpoint), "--input", str(source), "--markup", "html",
                            "--n-best", "2", "--device", "cpu"]) == 2
     assert "does not combine with --n-best" in capsys.readouterr().err
+
+
+def test_the_markup_benchmark_scores_placement_against_gold_links(checkpoint, tmp_path):  # noqa: F811
+    """Smoke run of benchmarks/bench_markup.py: the tiny checkpoint's attention and eflomal's links,
+    exact-span accuracy and overlap in [0, 1], every output well formed."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from seq2seq.toy import toy_corpus
+
+    pytest.importorskip("eflomal")
+    corpus = toy_corpus(n_train=40, n_valid=6, n_test=2, seed=5)
+    for split, key in (("train", "train"), ("val", "validation")):
+        for lang in ("src", "tgt"):
+            (tmp_path / f"{split}.{'en' if lang == 'src' else 'de'}").write_text(
+                "\n".join(corpus[key][lang]) + "\n", encoding="utf-8")
+    pairs = zip(corpus["validation"]["src"], corpus["validation"]["tgt"])
+    gold = ["0-0 " + " ".join(f"{i}?{i}" for i in range(1, min(len(s.split()), len(t.split())))) for s, t in pairs]
+    (tmp_path / "gold.align").write_text("\n".join(g.strip() for g in gold) + "\n", encoding="utf-8")
+    out = tmp_path / "markup.json"
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_markup.py"), "--checkpoint",
+                           str(checkpoint), "--data-dir", str(tmp_path), "--src", "en", "--tgt", "de", "--gold",
+                           str(tmp_path / "gold.align"), "--eflomal", "--out", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert record["benchmark"] == "markup" and record["pairs"] == 6 and set(record["results"]) == {"eflomal", "run"}
+    for result in record["results"].values():
+        assert result["spans"] > 0 and 0 <= result["exact"] <= result["overlap"] <= 1 and result["well_formed"] == 1
+    assert "| eflomal |" in (tmp_path / "markup.md").read_text()
