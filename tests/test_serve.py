@@ -321,6 +321,7 @@ def test_serve_runs_the_ctranslate2_engine_where_it_can_and_says_so(checkpoint, 
         body = client.post("/translate", json={"sentences": SOURCES, "alignments": True}).json()
     want = translator.translate(SOURCES)
     assert [t["translation"] for t in body["translations"]] == [t.text for t in want]
+    assert serve_cli.main(["--checkpoint", str(own), "--device", "cpu", "--compile", "on", "--quiet"]) == 2
     assert body["translations"][0]["alignment"]["pharaoh_word"] is not None
 
 

@@ -127,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
                                              max_input_tokens=args.max_input_tokens, shortlist=args.shortlist,
                                              shortlist_sizes=args.shortlist_sizes, engine=args.engine)
     compiling = None
+    if args.compile == "on" and translator.engine is not None:
+        raise UserError(f"--compile on compiles our engine's decoding step; the server runs CTranslate2's search "
+                        f"(--engine {args.engine}): use --engine seq2seq, or drop --compile on")
     wanted = args.compile == "on" or (args.compile == "auto" and compile_pays(translator.device, args.precision))
     if wanted and translator.engine is None:  # compiled decoding is our engine's
         # as lone requests will run it, on their thread count; the server listens meanwhile
