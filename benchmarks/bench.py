@@ -202,7 +202,7 @@ def train_speed(name: str, args: argparse.Namespace) -> dict:
     model_flags = [*system_flags(name, peer_sizes=True), "--max-tokens", str(PEER_BATCH_MAX_TOKENS[name])]
     flags = ["--data-dir", str(args.data_dir), "--src", args.src, "--tgt", args.tgt, "--vocab-size",
              str(args.vocab_size), "--precision", args.precision, "--device", args.device,
-             "--output-dir", str(run_dir), *model_flags]
+             "--output-dir", str(run_dir), *model_flags, *getattr(args, "extra", [])]
     cfg = config_from_flags(flags)
     seed_everything(cfg.train.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -373,7 +373,7 @@ def profile_table(record: dict) -> str:
 def _forwarded(args: argparse.Namespace) -> list[str]:
     return ["--data-dir", str(args.data_dir), "--src", args.src, "--tgt", args.tgt, "--vocab-size",
             str(args.vocab_size), "--steps", str(args.steps), "--warmup", str(args.warmup),
-            "--precision", args.precision, "--device", args.device, "--out", str(args.out)]
+            "--precision", args.precision, "--device", args.device, "--out", str(args.out), "--train-flags", *args.extra]
 
 
 def speed_table(record: dict) -> str:
@@ -447,6 +447,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--bs1-sentences", type=int, default=200)
     s.add_argument("--peak-seconds", type=float, default=2.0, help="how long each matmul peak is measured")
     s.add_argument("--out", default="bench-results/speed")
+    s.add_argument("extra", nargs="*", help="train flags after --, applied after the peers' sizes (e.g. smaller "
+                                            "models for a smoke run)")
     d = sub.add_parser("decode", help="decoding only: sentences/s and BLEU of existing runs, repeated")
     _common_flags(d)
     d.add_argument("--test-split", default="test_2016_flickr")
@@ -473,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--warmup", type=int, default=5)
     t.add_argument("--precision", default="fp32")
     t.add_argument("--out", default="bench-results/speed")
+    t.add_argument("--train-flags", dest="extra", nargs=argparse.REMAINDER, default=[])  # last: the rest
     args = parser.parse_args(argv)
     if not (args.data_dir / f"train.{args.src}").is_file():
         print(f"error: --data-dir {args.data_dir} has no train.{args.src}; point it at Multi30k", file=sys.stderr)

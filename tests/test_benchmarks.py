@@ -115,7 +115,8 @@ def test_speed_benchmark_measures_training_steps(data, tmp_path):
     out = tmp_path / "speed"
     script("bench.py", "speed", "--data-dir", str(data), "--src", "en", "--tgt", "de", "--test-split", "test",
            "--systems", "transformer", "--steps", "2", "--warmup", "1", "--vocab-size", "60", "--out", str(out),
-           "--peak-seconds", "0.05", "--bs1-sentences", "2", cwd=tmp_path)
+           "--peak-seconds", "0.05", "--bs1-sentences", "2", "--", "--d-model", "32", "--heads", "2", "--ff-size",
+           "64", "--layers", "1", "--max-tokens", "300", cwd=tmp_path)  # the peers' sizes take most of a minute
     record = check_record(out / "speed.json", "speed")
     assert record["train"]["transformer"]["steps"] == 2 and record["train"]["transformer"]["tgt_tokens_per_s"] > 0
 
