@@ -373,7 +373,8 @@ def profile_table(record: dict) -> str:
 def _forwarded(args: argparse.Namespace) -> list[str]:
     return ["--data-dir", str(args.data_dir), "--src", args.src, "--tgt", args.tgt, "--vocab-size",
             str(args.vocab_size), "--steps", str(args.steps), "--warmup", str(args.warmup),
-            "--precision", args.precision, "--device", args.device, "--out", str(args.out), "--train-flags", *args.extra]
+            "--precision", args.precision, "--device", args.device, "--out", str(args.out),
+            "--train-flags", *args.extra]
 
 
 def speed_table(record: dict) -> str:
