@@ -60,16 +60,26 @@ def holds_checkpoints(run_dir: str | Path) -> bool:
     return any((run_dir / name).exists() for name in (BEST, LAST)) or any(run_dir.glob("checkpoints/*.pt"))
 
 
+def checkpoint_file(path: str | Path) -> Path:
+    """What a checkpoint path reads: a run directory's best.pt, else its last.pt; a .pt file or an
+    exported safetensors directory as it is."""
+    path = Path(path)
+    if path.is_dir():
+        from .safetensors import is_exported
+
+        if not is_exported(path):
+            return path / BEST if (path / BEST).is_file() else path / LAST
+    return path
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Load a checkpoint (a .pt file, a run directory: its best.pt, else last.pt, or an exported
     safetensors directory) safely; any problem becomes a UserError naming the file."""
-    path = Path(path)
+    path = checkpoint_file(path)
     if path.is_dir():
-        from .safetensors import is_exported, read_safetensors
+        from .safetensors import read_safetensors
 
-        if is_exported(path):
-            return read_safetensors(path)
-        path = path / BEST if (path / BEST).is_file() else path / LAST
+        return read_safetensors(path)
     if not path.is_file():
         raise UserError(f"checkpoint {path}: no such file (pass a .pt file or a run directory)")
     try:

@@ -59,15 +59,6 @@ def unsupported(arch: str, members: int, shortlist: bool, normalizer: str) -> st
     return None
 
 
-def _source_file(path: Path) -> Path:
-    """The file or exported directory a checkpoint path reads (``load_checkpoint``'s rule)."""
-    from ..checkpoint.parts import BEST, LAST
-
-    if path.is_dir() and ((path / BEST).is_file() or (path / LAST).is_file()):
-        return path / BEST if (path / BEST).is_file() else path / LAST
-    return path
-
-
 def _stamp(path: Path) -> dict:
     """What changes when ``path`` (a file, or an exported directory's files) is rewritten."""
     files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file())
@@ -82,9 +73,10 @@ def cached_export(loaded) -> Path:
     checkpoint (its size and modification time are recorded in it), written whole or not at all.
     Where the checkpoint's directory is read-only, a directory under the system's temp directory."""
     from ..checkpoint.ctranslate2 import write_ctranslate2
+    from ..checkpoint.file import checkpoint_file
     from ..io_utils import atomic_directory
 
-    checkpoint = _source_file(Path(loaded.path).resolve())
+    checkpoint = checkpoint_file(Path(loaded.path).resolve())
     source = _stamp(checkpoint)
     cache = checkpoint.with_name(checkpoint.stem + ".ct2")
     if not os.access(checkpoint.parent, os.W_OK):
@@ -173,7 +165,8 @@ class CTranslate2Search:
                 batch_type="examples", max_decoding_length=limit, min_decoding_length=0, max_input_length=0)
             cut = [(i, tokens) for i, result in zip(rows, results) for tokens in result.hypotheses
                    if len(tokens) >= limit]  # stopped by the bound: no EOS in CTranslate2's score
-            with_eos = iter(self._log_probs([pieces[i] for i, _ in cut], [tokens for _, tokens in cut]))
+            with_eos = iter(sum(lps) for lps in self.token_log_probs([pieces[i] for i, _ in cut],
+                                                                    [tokens for _, tokens in cut]))
             for i, result in zip(rows, results):
                 hyps = []
                 for tokens, log_prob in zip(result.hypotheses, result.scores):
@@ -185,11 +178,11 @@ class CTranslate2Search:
                 out[i] = sorted(hyps, key=lambda h: -h.score)[: decode.n_best]
         return out
 
-    def _log_probs(self, sources: list[list[str]], targets: list[list[str]]) -> list[float]:
-        """log p(target + EOS | source) by CTranslate2's teacher-forced scoring."""
+    def token_log_probs(self, sources: list[list[str]], targets: list[list[str]]) -> list[list[float]]:
+        """CTranslate2's teacher-forced log p(y_t | y_<t, x) of every target piece and EOS."""
         if not sources:
             return []
-        return [sum(r.log_probs) for r in self.translator.score_batch(sources, targets, max_input_length=0)]
+        return [list(r.log_probs) for r in self.translator.score_batch(sources, targets, max_input_length=0)]
 
 
 class CTranslate2Translator:
@@ -228,4 +221,4 @@ class CTranslate2Translator:
     def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[list[float]]:
         """CTranslate2's teacher-forced log p(y_t | y_<t, x) of every target subword and EOS."""
         pieces = lambda texts: [self.tokenizer.pieces(self.tokenizer.encode(t.strip())) for t in texts]  # noqa: E731
-        return [list(r.log_probs) for r in self.translator.score_batch(pieces(sources), pieces(targets))]
+        return self.search.token_log_probs(pieces(sources), pieces(targets))

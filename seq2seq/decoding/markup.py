@@ -61,19 +61,17 @@ class _Reader(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.mode, self.where = mode, where
         self.text: list[str] = []
+        self.length = 0  # characters of text so far
         self.root = Element("", "")
         self.open: list[tuple[str, Element, int]] = []  # (name, element, character offset of its start)
         self.spans: dict[int, tuple[int, int]] = {}  # id(element) -> character span
-
-    @property
-    def length(self) -> int:
-        return sum(map(len, self.text))
 
     def parent(self) -> Element:
         return self.open[-1][1] if self.open else self.root
 
     def handle_data(self, data: str) -> None:
         self.text.append(data)
+        self.length += len(data)
 
     def handle_starttag(self, tag: str, attrs) -> None:
         text = self.get_starttag_text() or f"<{tag}>"
