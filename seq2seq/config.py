@@ -232,6 +232,10 @@ class TrainConfig:
                                    "(negative counts from the top; an RNN has one)")
     guided_heads: list[int] = option(None, "guided alignment: the supervised head(s) of --guided-layer; the "
                                            "loss supervises their mean", default_factory=lambda: [0])
+    full_context_alignment: bool = option(
+        False, "guided alignment, Transformer: supervise, and read alignments from, --guided-layer's "
+               "cross-attention computed with the whole target visible (Garg et al. 2019's full-context "
+               "alignment: the decoder run a second time up to that layer without the causal mask)")
     compile: bool | None = option(
         None, "compile the training step (forward, loss, backward: torch.compile; on CUDA its CUDA graphs, one per "
               "batch shape, see --fixed-shapes); slow to start on CPU; unset: on for a Transformer on CUDA")
@@ -518,6 +522,23 @@ class RunConfig:
             return None
         return self.train.guided_layer, list(self.train.guided_heads)
 
+    def full_context_layer(self) -> int | None:
+        """The decoder layer (0-based) whose cross-attention the model computes with the whole target
+        visible (``train.full_context_alignment``: ``train.guided_layer``), or None; a combination that
+        cannot work is a UserError naming the flags."""
+        if not self.train.full_context_alignment:
+            return None
+        if self.model.arch != "transformer":
+            raise UserError("--full-context-alignment needs --arch transformer: an RNN decoder reads the target "
+                            "left to right only; drop the flag for an RNN")
+        if not self.data.guided_alignment:
+            raise UserError("--full-context-alignment changes the attention that guided alignment supervises: "
+                            "give --guided-alignment FILE (or eflomal) too")
+        layers, layer = self.model.layers, self.train.guided_layer
+        if not -layers <= layer < layers:
+            raise UserError(f"--guided-layer {layer} is out of range for a {layers}-layer decoder")
+        return layer % layers
+
     def resolved(self, device_type: str | None = None) -> "RunConfig":
         """A checked copy with every device- and architecture-dependent default (None) filled in:
         ``DEVICE_DEFAULTS`` for ``device_type`` ('cpu' or 'cuda'; None: where ``train.device`` trains),
@@ -530,6 +551,7 @@ class RunConfig:
         if cfg.data.fixed_shapes is None:
             cfg.data.fixed_shapes = cfg.train.compile
         cfg.model.validate()
+        cfg.full_context_layer()  # its errors before any work
         return cfg
 
     def device_choices(self, device_type: str | None = None) -> list[tuple[str, Any, str]]:

@@ -37,7 +37,7 @@ class LoadedCheckpoint:
 
     def build_model(self) -> EncoderDecoder:
         """The model the config describes, with the checkpoint's weights (fp32, on the CPU)."""
-        model = build_model(self.config.model)
+        model = build_model(self.config.model, self.config.full_context_layer())
         try:
             model.load_state_dict(self.payload["model"])
         except RuntimeError as exc:

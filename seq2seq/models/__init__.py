@@ -8,17 +8,22 @@ from .base import EncoderDecoder, select_batch
 __all__ = ["EncoderDecoder", "build_model", "select_batch"]
 
 
-def build_model(cfg: ModelConfig) -> EncoderDecoder:
-    """Validate ``cfg`` and build the initialised model it describes (architecture defaults filled in)."""
+def build_model(cfg: ModelConfig, full_context_layer: int | None = None) -> EncoderDecoder:
+    """Validate ``cfg`` and build the initialised model it describes (architecture defaults filled in);
+    ``full_context_layer`` (a Transformer's, ``RunConfig.full_context_layer``): the decoder layer whose
+    cross-attention ``forward`` returns computed with the whole target visible."""
     cfg = cfg.with_arch_defaults()
     cfg.validate()
     if cfg.vocab_size < 4:
         raise UserError(f"model vocab_size must be >= 4 (pad, unk, bos, eos), got {cfg.vocab_size}; "
                         "it is filled in from the tokenizer")
     if cfg.arch == "rnn":
+        if full_context_layer is not None:
+            raise UserError("full-context alignment needs a Transformer: an RNN decoder reads the target left "
+                            "to right only")
         from .rnn import RNNEncoderDecoder
 
         return RNNEncoderDecoder(cfg)
     from .transformer import TransformerEncoderDecoder
 
-    return TransformerEncoderDecoder(cfg)
+    return TransformerEncoderDecoder(cfg, full_context_layer)

@@ -23,6 +23,7 @@ from torch import nn
 from ..nn.attention import MultiHeadAttention, RelativePositions
 from ..config import ModelConfig
 from ..errors import UserError
+from ..tokenizer import PAD_ID
 from .base import EncoderDecoder
 from ..nn.dropout import Dropout
 
@@ -136,9 +137,11 @@ class DecoderLayer(nn.Module):
 
     def forward(
         self, x: torch.Tensor, cross_kv: KV, src_mask: torch.Tensor, cache: KV | None = None,
-        need_weights: bool = False, position: torch.Tensor | None = None,
+        need_weights: bool = False, position: torch.Tensor | None = None, target_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, KV | None, torch.Tensor | None]:
-        """x (B, T, D). Without ``cache``: causal self-attention over x itself (teacher forcing).
+        """x (B, T, D). Without ``cache``: causal self-attention over x itself (teacher forcing), or
+        with ``target_mask`` (B, 1, 1, T), True = real token, self-attention over every real position
+        of x, later ones included (full-context alignment).
         With ``cache`` (keys/values of earlier positions): x holds the next position (T = 1); returns
         the extended cache. With ``position`` (a one-element tensor) the cache is preallocated
         (B, heads, T_max, d_k): the new keys/values are written in place at that position and the
@@ -146,7 +149,7 @@ class DecoderLayer(nn.Module):
         (B, heads, T, S) if asked."""
         h = self.res_self.pre(x)
         if cache is None:
-            a, _ = self.self_attn(h, h, h, is_causal=True)
+            a, _ = self.self_attn(h, h, h, target_mask, is_causal=target_mask is None)
         elif position is None:
             k, v = self.self_attn.project_kv(h, start=cache[0].size(2))  # (B, heads, T, d_k)
             cache = (torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2))
@@ -181,9 +184,14 @@ class DecoderLayer(nn.Module):
 class TransformerEncoderDecoder(EncoderDecoder):
     """Encoder-decoder Transformer returning cross-attention of every decoder layer and head."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, full_context_layer: int | None = None) -> None:
         super().__init__()
         self.cfg = cfg
+        if full_context_layer is not None and not 0 <= full_context_layer < cfg.layers:
+            raise UserError(f"full-context layer {full_context_layer} is out of range for {cfg.layers} decoder layers")
+        #: the decoder layer whose cross-attention ``forward`` returns computed with the whole target
+        #: visible (``full_context_attention``), or None
+        self.full_context_layer = full_context_layer
         self.attention_layers, self.attention_heads = cfg.layers, cfg.heads
         #: decoder positions available (BOS included); None = unbounded (sinusoidal)
         self.max_positions = cfg.max_positions if cfg.positional == "learned" else None
@@ -308,6 +316,30 @@ class TransformerEncoderDecoder(EncoderDecoder):
         attention_layer: int | None = None, src_lengths: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         memory = self.encode(src, src_mask)  # the mask is all it needs: ``src_lengths`` is not read
-        logits, _, weights = self._decode(memory, self.tgt_embed(tgt_in), None, need_attention,
-                                          attention_layer=attention_layer)
-        return logits, weights
+        x = self.tgt_embed(tgt_in)
+        full = self.full_context_layer
+        if full is None or not (need_attention or attention_layer == full):
+            logits, _, weights = self._decode(memory, x, None, need_attention, attention_layer=attention_layer)
+            return logits, weights
+        logits, _, weights = self._decode(memory, x, None, need_attention)  # layer ``full`` replaced below
+        aligned = self.full_context_attention(memory, x, tgt_in != PAD_ID)  # (B, H, T, S)
+        if not need_attention:
+            return logits, aligned[:, None]
+        return logits, torch.cat([weights[:, :full], aligned[:, None], weights[:, full + 1:]], 1)
+
+    def full_context_attention(self, memory: dict, x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        """Full-context alignment (Garg et al. 2019): the cross-attention (B, H, T, S) of decoder layer
+        ``full_context_layer`` with the causal mask lifted in it and every layer below, so that the row of
+        position t (predicting y_t) also sees y_t and the target words after it:
+
+            h^0 = x,   h^l = DecoderLayer_l(h^(l-1)) with self-attention over {u : real[u]},   l <= k
+
+        x (B, T, D) the embedded target input, ``real`` (B, T) True = a real token. Layers above k and
+        the output layer take no part, so a loss on this attention trains layers 0..k, the embeddings
+        and the encoder only; the translation itself (``forward``'s logits) stays causal."""
+        mask = memory["src_mask"][:, None, None, :]  # (B, 1, 1, S)
+        target = real[:, None, None, :]  # (B, 1, 1, T)
+        for i, layer in enumerate(self.decoder[: self.full_context_layer + 1]):
+            x, _, weights = layer(x, memory["cross_kv"][i], mask, None, i == self.full_context_layer,
+                                  target_mask=target)
+        return weights

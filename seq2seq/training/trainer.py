@@ -104,7 +104,7 @@ class Trainer:
         self.cfg = cfg = cfg.resolved(self.device.type)  # a no-op for a resolved config (``train`` resolves)
         self.rank, self.world, self.main = distributed.rank(), distributed.world_size(), distributed.is_main()
         self.out = Path(cfg.output_dir)
-        self.model = build_model(cfg.model).to(self.device)
+        self.model = build_model(cfg.model, cfg.full_context_layer()).to(self.device)
         self.guided = GuidedTraining.for_run(cfg, self.model)  # guided alignment: the supervised attention
         self._guided_loss = torch.zeros(())  # this rank's guided loss per target token at the last step
         self.entropy_penalty = EntropyPenalty(cfg.train.attention_entropy_weight, cfg.train.attention_entropy_layer,
