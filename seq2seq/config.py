@@ -395,6 +395,10 @@ def check_decoding(beam_size: int | None, n_best: int, sample: bool = False, top
 
 
 
+#: how hard links are read from an attention matrix (``seq2seq.alignment.links.extract_links``)
+LINK_METHODS = ("argmax", "threshold", "soft", "grow")
+
+
 @dataclass
 class AlignConfig:
     """Which attention becomes an alignment matrix and how hard links are read from it: the one home of
@@ -408,10 +412,12 @@ class AlignConfig:
                                              "top) or 'all' (mean of all layers)")
     heads: Literal["mean"] | list[int] = option("mean", "'mean' (average all heads) or the head indices to "
                                                         "average")
-    method: Literal["argmax", "threshold"] = option(
+    method: Literal[LINK_METHODS] = option(
         "argmax", "hard links: argmax = one source word per target word; threshold = every source word with "
-                  "at least `threshold` of the (renormalized) row")
-    threshold: float = option(0.3, "share of a row for method threshold, in (0, 1]")
+                  "at least `threshold` of the (renormalized) row; soft = every link with at least `threshold` "
+                  "of its row and of its column; grow = grow-diag-final-and of the row and the column argmax")
+    threshold: float = option(0.3, "share of a row (and, for soft, of a column) for methods threshold and soft, "
+                                   "in (0, 1]")
     include_eos: bool = option(False, "keep the source EOS column and target EOS row in matrices and links")
     model_default: bool = option(False, "layer and heads were not chosen: for a model trained with guided "
                                         "alignment, read the layer and heads it supervised (``for_model``)")
@@ -435,9 +441,8 @@ class AlignConfig:
         return dataclasses.replace(self, layer=layer, heads=list(heads), model_default=False)
 
     def check(self) -> None:
-        if self.method not in ("argmax", "threshold"):
-            raise UserError(f"--align-method must be 'argmax' or 'threshold', got {self.method!r}")
-        if self.method == "threshold" and not 0.0 < self.threshold <= 1.0:
+        check_link_method(self.method, "--align-method")
+        if self.method in ("threshold", "soft") and not 0.0 < self.threshold <= 1.0:
             raise UserError(f"--align-threshold must be in (0, 1] (a share of a row), got {self.threshold}")
 
     @property
@@ -453,6 +458,12 @@ class AlignConfig:
     def link_options(self) -> dict[str, Any]:
         """The keyword arguments of ``AlignmentRecord.build`` besides layer and heads."""
         return {"include_eos": self.include_eos, "method": self.method, "threshold": self.threshold}
+
+
+def check_link_method(method: str, name: str = "alignment method") -> None:
+    """A UserError naming ``name`` unless ``method`` is one of ``LINK_METHODS``."""
+    if method not in LINK_METHODS:
+        raise UserError(f"{name} must be one of {', '.join(LINK_METHODS)}, got {method!r}")
 
 
 def parse_layer(value: str | int) -> int | str:

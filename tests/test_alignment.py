@@ -9,8 +9,8 @@ from seq2seq.alignment.matrices import (
     aggregate, drop_eos, links_to_words, merge_to_words, word_spans, words_from_pieces,
 )
 from seq2seq.alignment.links import (
-    alignment_error_rate, argmax_alignment, grow_diag_final, intersect_alignments, parse_pharaoh, read_pharaoh_file,
-    threshold_alignment, to_pharaoh, transpose_links,
+    alignment_error_rate, argmax_alignment, extract_links, grow_alignment, grow_diag_final, intersect_alignments,
+    parse_pharaoh, read_pharaoh_file, soft_alignment, threshold_alignment, to_pharaoh, transpose_links,
 )
 from seq2seq.errors import UserError
 
@@ -113,6 +113,31 @@ def test_grow_diag_final():
     # intersection {(0,0),(1,1)}; (2,2)/(2,1) neighbour (1,1) and cover unaligned src 2;
     # (3,3) is a neighbour of (2,2) whose words are both unaligned
     assert grow_diag_final(forward, backward) == {(0, 0), (1, 1), (2, 1), (2, 2), (3, 3)}
+
+
+def test_soft_links_need_their_share_of_the_row_and_of_the_column():
+    m = np.array([[0.8, 0.2, 0.0],   # target 0: source 0
+                  [0.7, 0.3, 0.0],   # target 1 also prefers source 0, but source 0 gives it less than target 0
+                  [0.0, 0.1, 0.9]])
+    # rows: (0,0) .8 (1,0) .2; (0,1) .7 (1,1) .3; (1,2) .1 (2,2) .9
+    # columns: source 0 = .8/1.5, .7/1.5; source 1 = .2/.6, .3/.6, .1/.6; source 2 = .9/.9
+    assert soft_alignment(m, 0.3) == {(0, 0), (0, 1), (1, 1), (2, 2)}
+    assert soft_alignment(m, 0.5) == {(0, 0), (2, 2)}  # (0, 1): 0.47 of source 0's column
+    assert soft_alignment(m, 0.3) == transpose_links(soft_alignment(m.T, 0.3))  # symmetric in the two readings
+    assert soft_alignment(np.zeros((2, 3)), 0.3) == set()
+
+
+def test_grow_links_symmetrize_the_row_and_the_column_argmax_of_one_matrix():
+    m = np.array([[0.9, 0.1, 0.0],
+                  [0.6, 0.4, 0.0],   # row argmax (0, 1); column argmax of source 1 is target 1: (1, 1)
+                  [0.1, 0.0, 0.9]])
+    rows, columns = argmax_alignment(m), transpose_links(argmax_alignment(m.T))
+    assert rows == {(0, 0), (0, 1), (2, 2)} and columns == {(0, 0), (1, 1), (2, 2)}
+    assert grow_alignment(m) == grow_diag_final(rows, columns) == {(0, 0), (0, 1), (1, 1), (2, 2)}
+    for method in ("argmax", "threshold", "soft", "grow"):
+        assert extract_links(m, method) <= {(i, j) for i in range(3) for j in range(3)}
+    with pytest.raises(UserError, match="must be one of argmax, threshold, soft, grow"):
+        extract_links(m, "max")
 
 
 # ----------------------------------------------------------------------------- Pharaoh

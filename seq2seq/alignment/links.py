@@ -8,7 +8,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..config import AlignConfig
+from ..config import AlignConfig, check_link_method
 from ..errors import UserError
 from .matrices import Link, as_array, normalize_rows
 
@@ -207,12 +207,34 @@ def alignment_error_rate(
 
 
 
+def soft_alignment(matrix: np.ndarray, threshold: float) -> set[Link]:
+    """Every ``(i, j)`` holding at least ``threshold`` of target row j and of source column i, each
+    renormalized to sum to 1 (the matrix read in both directions, as Dou & Neubig 2021 read two
+    softmaxes of one similarity matrix):  R_ji = A_ji / sum_i' A_ji',  C_ji = A_ji / sum_j' A_j'i,
+    link iff min(R_ji, C_ji) >= threshold."""
+    m = as_array(matrix)
+    both = np.minimum(normalize_rows(m), normalize_rows(m.T).T)
+    return threshold_alignment(both, threshold)
+
+
+def grow_alignment(matrix: np.ndarray) -> set[Link]:
+    """Grow-diag-final-and (``grow_diag_final``) of two argmax readings of one matrix: each target
+    word's most attended source word (rows) and each source word's most attending target word
+    (columns), so that no backward model is needed to symmetrize."""
+    rows = argmax_alignment(matrix)
+    return grow_diag_final(rows, transpose_links(argmax_alignment(as_array(matrix).T)))
+
+
 def extract_links(matrix: np.ndarray, method: str = AlignConfig.method,
                   threshold: float = AlignConfig.threshold) -> set[Link]:
-    """Hard links of a ``(T, S)`` matrix: ``argmax`` (one per row) or ``threshold`` (on rows
-    renormalized to sum to 1, so a threshold means the same in every row)."""
-    if method not in ("argmax", "threshold"):
-        raise UserError(f"alignment method must be 'argmax' or 'threshold', got {method!r}")
+    """Hard links of a ``(T, S)`` matrix by ``method`` (``LINK_METHODS``): ``argmax`` (one per row),
+    ``threshold`` (on rows renormalized to sum to 1, so a threshold means the same in every row),
+    ``soft`` (``soft_alignment``) or ``grow`` (``grow_alignment``)."""
+    check_link_method(method)
     if method == "threshold":
         return threshold_alignment(normalize_rows(matrix), threshold)
+    if method == "soft":
+        return soft_alignment(matrix, threshold)
+    if method == "grow":
+        return grow_alignment(matrix)
     return argmax_alignment(matrix)

@@ -2,9 +2,9 @@
 
 Order of operations in ``AlignmentRecord.build`` (and so in the export):
 trim padding -> ``aggregate`` layers/heads -> ``merge_to_words`` (EOS is a word of its own) ->
-``drop_eos`` (unless ``include_eos``) -> hard links (``argmax`` or ``threshold``).
+``drop_eos`` (unless ``include_eos``) -> hard links (``LINK_METHODS``).
 Exported matrices keep the raw weights: with the EOS column dropped a row sums to 1 minus the
-weight EOS received. Only ``threshold`` extraction renormalizes rows (so a threshold means the same
+weight EOS received. Only ``threshold`` and ``soft`` extraction renormalize rows (so a threshold means the same
 for every row); ``argmax`` does not need to.
 
 JSONL schema (one JSON object per line, UTF-8, one line per sentence)
@@ -24,7 +24,7 @@ JSONL schema (one JSON object per line, UTF-8, one line per sentence)
 ``attention_shape``  [layers, heads, tgt_len, src_len] of the raw array (always incl. EOS)
 ``layer``            the layer asked for (int or "all"); ``layer_used`` the index actually used
 ``heads``            "mean" or the list of head indices averaged
-``include_eos``, ``method`` ("argmax" | "threshold"), ``threshold`` (float or null)
+``include_eos``, ``method`` (``LINK_METHODS``), ``threshold`` (float or null)
 ``members``          only for an ensemble (several checkpoints): one object per member, in order,
                      with ``checkpoint``, ``attention_shape``, ``layer_used``, ``subword_matrix``,
                      ``word_matrix``, ``subword_shape``, ``word_shape``, ``pharaoh_subword``,
@@ -69,8 +69,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..config import AlignConfig
-from ..errors import UserError
+from ..config import AlignConfig, check_link_method
 from ..io_utils import output_error, sync_directory, temp_path_beside
 from .matrices import (EOS, Heads, aggregate, as_array, drop_eos, merge_to_words, resolve_layer, strip_eos,
                        words_from_pieces)
@@ -132,8 +131,7 @@ class AlignmentRecord:
         Pieces may be given with or without a trailing ``</s>``. Rows/columns beyond the pieces
         (+ EOS) are padding and trimmed. ``tgt_eos=False`` for a hypothesis cut at max length.
         """
-        if method not in ("argmax", "threshold"):
-            raise UserError(f"alignment method must be 'argmax' or 'threshold', got {method!r}")
+        check_link_method(method)
         src, tgt = strip_eos(src_pieces), strip_eos(tgt_pieces)
         n_src, n_tgt = len(src) + src_eos, len(tgt) + tgt_eos
         attn = as_array(attention).astype(np.float32)
@@ -160,7 +158,7 @@ class AlignmentRecord:
             pharaoh_word=to_pharaoh(extract_links(words, method, threshold)),
             layer=layer, layer_used=resolve_layer(layer, attn.shape[0]), heads=heads,
             include_eos=include_eos, method=method,
-            threshold=threshold if method == "threshold" else None,
+            threshold=threshold if method in ("threshold", "soft") else None,
             src_eos=src_eos, tgt_eos=tgt_eos,
         )
 
@@ -219,8 +217,7 @@ class AlignmentWriter:
         method: str = AlignConfig.method,
         threshold: float = AlignConfig.threshold,
     ) -> None:
-        if method not in ("argmax", "threshold"):
-            raise UserError(f"alignment method must be 'argmax' or 'threshold', got {method!r}")
+        check_link_method(method)
         self.jsonl_path = Path(jsonl_path)
         self.npz_path = Path(npz_path) if npz_path is not None else None
         self.settings = dict(layer=layer, heads=heads, include_eos=include_eos, method=method,

@@ -9,6 +9,7 @@ See ``seq2seq/jobs/align.py`` for how the target is force-decoded and links are 
 from __future__ import annotations
 
 from ..errors import UserError
+from ..config import LINK_METHODS
 from .common import DeprecatedAlias, add_alignment_flags, add_device_flag, align_config, job_config, parser_for, run_cli
 
 
@@ -22,7 +23,7 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--symmetrize", choices=("forward", "backward", "intersection", "grow-diag-final"),
                    help="which links --output gets (default: intersection with a backward model, else forward)")
     add_alignment_flags(p)
-    p.add_argument("--method", dest="align_method", choices=("argmax", "threshold"), action=DeprecatedAlias,
+    p.add_argument("--method", dest="align_method", choices=LINK_METHODS, action=DeprecatedAlias,
                    new="--align-method")
     p.add_argument("--threshold", dest="align_threshold", type=float, action=DeprecatedAlias,
                    new="--align-threshold")

@@ -15,7 +15,8 @@ import typing
 from typing import Any, Callable, Literal, TypeVar, get_type_hints
 
 from ..config import (
-    ARCH_DEFAULTS, DEFAULT_BEAM_SIZE, FINE_TUNABLE, PRESETS, SECTIONS, AlignConfig, DecodeConfig, RunConfig,
+    ARCH_DEFAULTS, DEFAULT_BEAM_SIZE, FINE_TUNABLE, LINK_METHODS, PRESETS, SECTIONS, AlignConfig, DecodeConfig,
+    RunConfig,
     load_config_file, merge_layers, preset,
 )
 from ..errors import OutputError, UserError
@@ -252,12 +253,14 @@ def add_alignment_flags(parser: argparse._ActionsContainer, include_eos: bool = 
                         help="'mean' (average all heads) or comma-separated head indices to average "
                              f"(default: {default.heads_flag}; a model trained with guided alignment: the heads "
                              "it supervised)")
-    parser.add_argument("--align-method", choices=("argmax", "threshold"), default=default.method,
+    parser.add_argument("--align-method", choices=LINK_METHODS, default=default.method,
                         help="hard links: argmax = one source word per target word; threshold = every source "
-                             f"word with at least --align-threshold of the (renormalized) row (default: "
-                             f"{default.method})")
+                             "word with at least --align-threshold of the (renormalized) row; soft = every link "
+                             "with at least --align-threshold of its row and of its column; grow = "
+                             "grow-diag-final-and of the row argmax and the column argmax of the same matrix "
+                             f"(default: {default.method})")
     parser.add_argument("--align-threshold", type=float, default=default.threshold,
-                        help=f"share of a row for --align-method threshold (default: {default.threshold})")
+                        help=f"share of a row for --align-method threshold and soft (default: {default.threshold})")
     for old, new in (("--layer", "align_layer"), ("--heads", "align_heads")):
         parser.add_argument(old, dest=new, action=DeprecatedAlias, new=_flag(new))
     if include_eos:

@@ -64,7 +64,7 @@ class Translation:
                          heads: str | list[int] = AlignConfig.heads, include_eos: bool = AlignConfig.include_eos,
                          method: str = AlignConfig.method, threshold: float = AlignConfig.threshold):
         """This translation's attention as an ``AlignmentRecord`` (word merge, Pharaoh links);
-        ``method`` "argmax" | "threshold" extracts the hard links (see seq2seq.alignment)."""
+        ``method`` (``LINK_METHODS``) extracts the hard links (see seq2seq.alignment)."""
         from ..alignment.records import AlignmentRecord
 
         if self.attention is None:

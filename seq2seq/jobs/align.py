@@ -9,7 +9,7 @@ every target token. Attention is aggregated (``--align-layer``, default the penu
 ``--align-heads``, default their mean; a model trained with guided alignment: the layer and heads it
 supervised), merged to words (words = SentencePiece '▁' boundaries = the
 whitespace tokens of the files, so pass the files tokenized as the gold alignments are), EOS is
-dropped, and hard links are read with ``--align-method`` argmax or threshold.
+dropped, and hard links are read with ``--align-method`` (``LINK_METHODS``).
 
 With ``--backward-checkpoint`` (a target->source model) the target is aligned to the source too;
 its links are transposed to (source, target) and symmetrized by intersection and grow-diag-final.
