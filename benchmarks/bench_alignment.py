@@ -108,7 +108,7 @@ def attention_scores(run_dir: Path, sources: list[str], targets: list[str], gold
     """AER of the model's default alignment and of every layer x heads choice; test BLEU / chrF."""
     from seq2seq.alignment.links import alignment_error_rate
     from seq2seq.decoding.translator import Translator
-    from seq2seq.jobs.align import force_align
+    from seq2seq.decoding.forced_alignment import force_align
     from seq2seq.metrics import corpus_scores
 
     translator = Translator.from_checkpoint(run_dir / "best.pt", device="cpu")

@@ -8,7 +8,7 @@
 2. Per pair, ``--spans`` random source spans of 1-3 words (seeded), as if each were wrapped in a tag;
    spans whose words have no gold link are skipped. Where the tag belongs: the smallest run of
    reference words covering every word gold-linked (sure or possible) to the span.
-3. The reference is forced as the output (a teacher-forced pass, ``jobs.align.force_align``: the
+3. The reference is forced as the output (a teacher-forced pass, ``decoding.forced_alignment.force_align``: the
    attention ``translate --alignments`` would read, with the model's supervised heads for a guided
    checkpoint) and the tag placed by the product's own rule (``decoding.markup.transfer``). Also with
    eflomal's links (``--eflomal``: ``seq2seq wordalign`` on the training split plus the gold pairs,
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.eflomal:
         results["eflomal"] = score(cases, eflomal_links(args, sources, targets), sources, targets)
     from seq2seq.decoding.translator import Translator
-    from seq2seq.jobs.align import force_align
+    from seq2seq.decoding.forced_alignment import force_align
 
     for checkpoint in args.checkpoint:
         translator = Translator.from_checkpoint(checkpoint, device="cpu")

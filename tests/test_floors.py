@@ -20,7 +20,7 @@ NEEDS = [
     ("torch", "torch.get_autocast_dtype", "2.4", "seq2seq/models/rnn.py"),
     ("torch", "torch.amp.GradScaler", "2.3", "seq2seq/training/trainer.py"),
     ("datasets", "datasets.List", "4.0", "seq2seq/data/schema.py"),
-    ("pydantic", "pydantic.TypeAdapter", "2.0", "seq2seq/config.py"),
+    ("pydantic", "pydantic.TypeAdapter", "2.0", "seq2seq/config/__init__.py"),
 ]
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from seq2seq.alignment.links import parse_pharaoh
 from seq2seq.cli import main
-from seq2seq.alignment.eflomal import symmetrized
+from seq2seq.alignment.links import symmetrized
 
 pytest.importorskip("eflomal")
 

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from ..config import SYMMETRIZATIONS
 from ..errors import UserError
-from .links import Link, grow_diag_final, intersect_alignments, parse_pharaoh
+from .links import Link, parse_pharaoh, symmetrized
 
 MISSING = "eflomal is not installed: pip install 'seq2seq[align]'"
 
@@ -39,17 +39,6 @@ def eflomal_links(sources: Sequence[str], targets: Sequence[str], symmetrize: st
                       links_filename_fwd=str(forward), links_filename_rev=str(backward), quiet=True)
         fwd, rev = _read_links(forward, len(sources)), _read_links(backward, len(sources))
     return [symmetrized(f, r, symmetrize) for f, r in zip(fwd, rev)]
-
-
-def symmetrized(forward: set[Link], backward: set[Link], how: str) -> set[Link]:
-    """Both directions' (source, target) links combined as ``how`` says (``SYMMETRIZATIONS``)."""
-    if how == "forward":
-        return set(forward)
-    if how == "backward":
-        return set(backward)
-    if how == "intersection":
-        return intersect_alignments(forward, backward)
-    return grow_diag_final(forward, backward, final_and=how == "grow-diag-final-and")
 
 
 def _read_links(path: Path, pairs: int) -> list[set[Link]]:

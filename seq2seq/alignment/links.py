@@ -8,7 +8,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..config import AlignConfig, check_link_method
+from ..config import SYMMETRIZATIONS, AlignConfig, check_link_method
 from ..errors import UserError
 from .matrices import Link, as_array, normalize_rows
 
@@ -69,6 +69,20 @@ def grow_diag_final(forward: Iterable[Link], backward: Iterable[Link], final_and
             if (free_src and free_tgt) if final_and else (free_src or free_tgt):
                 links.add(cand)
     return links
+
+
+def symmetrized(forward: set[Link], backward: set[Link], how: str) -> set[Link]:
+    """Both directions' (source, target) links combined as ``how`` says (``SYMMETRIZATIONS``): eflomal's two
+    directions, or two translation models' (``seq2seq align``, ``translate --backward-checkpoint``)."""
+    if how not in SYMMETRIZATIONS:
+        raise UserError(f"--symmetrize must be one of {', '.join(SYMMETRIZATIONS)}, got {how!r}")
+    if how == "forward":
+        return set(forward)
+    if how == "backward":
+        return set(backward)
+    if how == "intersection":
+        return intersect_alignments(forward, backward)
+    return grow_diag_final(forward, backward, final_and=how == "grow-diag-final-and")
 
 
 # ----------------------------------------------------------------------------- Pharaoh

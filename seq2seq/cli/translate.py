@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from ..config import AttributionConfig, check_decoding
+from ..config import SYMMETRIZATIONS, AttributionConfig, check_decoding
 from ..errors import UserError
 from .common import (
     add_alignment_flags, add_decode_flags, add_device_flag, align_config, decode_config, parser_for, run_cli,
@@ -95,6 +95,12 @@ def parse_args(argv: list[str] | None):
                    help="plot at most this many sentences into --plot-dir, with a message when it cuts "
                         "(default: 100)")
     add_alignment_flags(a, include_eos=True)
+    a.add_argument("--backward-checkpoint", metavar="CHECKPOINT",
+                   help="a target->source model: the exported word links (pharaoh_word) become the forward "
+                        "model's symmetrized with this model's links of the same pair (--symmetrize)")
+    a.add_argument("--symmetrize", choices=SYMMETRIZATIONS, default="grow-diag-final-and",
+                   help="how --backward-checkpoint's links and the forward links are combined "
+                        "(default: grow-diag-final-and)")
     a.add_argument("--attribution", nargs="+", metavar="METHOD", choices=ATTRIBUTION_METHODS,
                    help="also compute attribution matrices (one or more of " + " | ".join(ATTRIBUTION_METHODS) +
                         "; grad-attention reads --align-layer / --align-heads; lime and kernel-shap need "
@@ -144,4 +150,4 @@ def job_from_args(args: argparse.Namespace) -> TranslateJob:
         shortlist_sizes=tuple(args.shortlist_sizes) if args.shortlist_sizes else None, alignments=args.alignments,
         plot_dir=args.plot_dir, html=args.html, max_plots=args.max_plots, align=align, attribution=attribution,
         output_format=args.output_format, markup=args.markup, prefix=args.prefix, contrast=args.contrast,
-        constraints=args.constraints)
+        constraints=args.constraints, backward_checkpoint=args.backward_checkpoint, symmetrize=args.symmetrize)

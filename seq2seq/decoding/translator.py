@@ -56,7 +56,7 @@ class Translator:
                  max_input_tokens: int = DecodeConfig.max_input_tokens, shortlist: Shortlist | None = None,
                  checkpoints: Sequence[str | Path] = (), compiled: bool = False,
                  supervised_attention: tuple[int, list[int]] | None = None,
-                 engine: CTranslate2Search | None = None) -> None:
+                 engine: CTranslate2Search | None = None, languages: tuple[str, str] | None = None) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.device = torch.device(device)
@@ -71,6 +71,8 @@ class Translator:
         self.compiled = compiled
         #: the search of another engine (``from_checkpoints``' ``engine``), None: ours
         self.engine = engine
+        #: the (source, target) language codes the model was trained on (``data.src`` / ``data.tgt``), or None
+        self.languages = languages
 
     @classmethod
     def from_checkpoint(cls, path: str | Path | Sequence[str | Path], device: str = "auto",
@@ -174,7 +176,8 @@ class Translator:
         compiled = compile_decoding(model) if wanted and search is None else False
         return cls(model, tokenizer, dev, max_input_tokens, shortlist, compiled=compiled, engine=search,
                    checkpoints=[str(p.path if isinstance(p, LoadedCheckpoint) else p) for p in paths],
-                   supervised_attention=config.supervised_attention())  # an ensemble's attention: its first's
+                   supervised_attention=config.supervised_attention(),  # an ensemble's attention: its first's
+                   languages=(config.data.src, config.data.tgt))
 
     def warm_up(self, beam_sizes: Sequence[int]) -> float:
         """Translate one sentence alone at each beam size, so that a compiled model (``compile``)

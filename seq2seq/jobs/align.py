@@ -12,7 +12,8 @@ whitespace tokens of the files, so pass the files tokenized as the gold alignmen
 dropped, and hard links are read with ``--align-method`` (``LINK_METHODS``).
 
 With ``--backward-checkpoint`` (a target->source model) the target is aligned to the source too;
-its links are transposed to (source, target) and symmetrized by intersection and grow-diag-final.
+its links are transposed to (source, target) and symmetrized by intersection, grow-diag-final and
+grow-diag-final-and (``decoding.forced_alignment``).
 Precision, recall and AER (Och & Ney 2003) are printed for every available direction; the links
 of ``--symmetrize`` (default: intersection with a backward model, else forward) are written to
 ``--output`` as 0-based Pharaoh ``i-j`` lines (source-target), one per sentence.
@@ -25,53 +26,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
-from ..alignment.links import (
-    AlignmentScores,
-    alignment_error_rate,
-    extract_links,
-    grow_diag_final,
-    intersect_alignments,
-    read_gold_alignments,
-    to_pharaoh,
-    transpose_links,
-)
-from ..alignment.matrices import Link, check_layer_heads, words_from_pieces
-from ..alignment.records import AlignmentRecord
-from ..decoding.scoring import teacher_force
+from ..alignment.links import AlignmentScores, alignment_error_rate, read_gold_alignments, symmetrized, to_pharaoh
+from ..alignment.matrices import Link, check_layer_heads
+from ..decoding.forced_alignment import BackwardAligner, force_align
 from ..decoding.translator import Translator
 from ..config import AlignConfig
 from ..errors import UserError
 from ..io_utils import atomic_output, markdown_table, read_parallel
-from ..runtime import LOGGER
-from ..tokenizer import EOS_ID
-
-
-def force_align(translator: Translator, sources: Sequence[str], targets: Sequence[str],
-                layer: int | str = AlignConfig.layer, heads: str | list[int] = AlignConfig.heads,
-                method: str = AlignConfig.method, threshold: float = AlignConfig.threshold, batch_size: int = 32,
-                names: tuple[str, str] = ("source", "target")) -> list[set[Link]]:
-    """Word-level (src, tgt) links per sentence pair from the attention of a teacher-forced pass
-    over the given targets. ``names`` label the files in errors."""
-    tok = translator.tokenizer
-    src_ids = [tok.encode(s) + [EOS_ID] for s in sources]
-    tgt_ids = [tok.encode(t) for t in targets]
-    order = sorted(range(len(sources)), key=lambda i: -len(src_ids[i]))  # similar lengths per batch
-    _, attention = teacher_force(translator.model, [src_ids[i] for i in order],
-                                 [tgt_ids[i] for i in order], need_attention=True, batch_size=batch_size,
-                                 need_scores=False)
-    links: list[set[Link]] = [set()] * len(sources)
-    for i, attn in zip(order, attention):
-        src_pieces, tgt_pieces = tok.pieces(src_ids[i][:-1]), tok.pieces(tgt_ids[i])
-        for name, pieces, text in ((names[0], src_pieces, sources[i]), (names[1], tgt_pieces, targets[i])):
-            if len(words_from_pieces(pieces)) != len(text.split()):
-                LOGGER.warning(f"warning: {name} line {i + 1}: {len(text.split())} whitespace words but "
-                               f"{len(words_from_pieces(pieces))} after tokenization; word indices may be off")
-        record = AlignmentRecord.build(i, sources[i], targets[i], src_pieces, tgt_pieces, attn,
-                                       layer=layer, heads=heads, method=method, threshold=threshold)
-        links[i] = extract_links(record.words, method, threshold)
-    return links
 
 
 @dataclass
@@ -111,15 +73,10 @@ def evaluate(job: AlignJob) -> dict[str, AlignmentScores]:
                                       names=(f"--source {job.source}", f"--target {job.target}"))}
     if job.backward_checkpoint:
         backward = Translator.from_checkpoint(job.backward_checkpoint, device=job.device)
-        b_align = job.align.for_model(backward.supervised_attention)
-        b_layer, b_heads = check_layer_heads(b_align.layer, b_align.heads, backward.model)
-        links = force_align(backward, targets, sources, b_layer, b_heads, **settings,
-                            names=(f"--target {job.target}", f"--source {job.source}"))
-        systems["backward"] = [transpose_links(x) for x in links]
-        systems["intersection"] = [intersect_alignments(f, b)
-                                   for f, b in zip(systems["forward"], systems["backward"])]
-        systems["grow-diag-final"] = [grow_diag_final(f, b)
-                                      for f, b in zip(systems["forward"], systems["backward"])]
+        aligner = BackwardAligner(forward, backward, job.align, "intersection", job.batch_size)
+        systems["backward"] = aligner.backward_links(sources, targets)
+        for rule in ("intersection", "grow-diag-final", "grow-diag-final-and"):
+            systems[rule] = [symmetrized(f, b, rule) for f, b in zip(systems["forward"], systems["backward"])]
     chosen = job.symmetrize or ("intersection" if job.backward_checkpoint else "forward")
     if chosen not in systems:
         raise UserError(f"--symmetrize {chosen} needs --backward-checkpoint (a target->source model)")

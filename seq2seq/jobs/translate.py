@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..decoding.ensemble import EnsembleModel
+from ..decoding.forced_alignment import BackwardAligner
 from ..decoding.markup import translate_markup
 from ..decoding.translator import Translation, Translator
 from ..config import AlignConfig, AttributionConfig, DecodeConfig
@@ -72,6 +73,8 @@ class TranslateJob:
     max_plots: int = 100
     output_format: str = "text"  # "jsonl": one JSON object per input with per-token confidence
     markup: str | None = None  # "xml" / "html": inline tags carried across by the alignments (decoding.markup)
+    backward_checkpoint: str | None = None  # a target->source model: exported word links symmetrized
+    symmetrize: str = "grow-diag-final-and"  # how (``SYMMETRIZATIONS``)
     align: AlignConfig = field(default_factory=AlignConfig)
     attribution: AttributionConfig = field(default_factory=AttributionConfig)
 
@@ -89,6 +92,7 @@ def translate_stream(job: TranslateJob) -> int:
                                              max_input_tokens=decode.max_input_tokens, precision=job.precision,
                                              shortlist=job.shortlist, compile=job.compile,
                                              shortlist_sizes=job.shortlist_sizes, engine=job.engine)
+    backward = _backward_aligner(job, translator)  # reads its own supervised attention: before for_model
     job = dataclasses.replace(job, align=job.align.for_model(translator.supervised_attention))
     references = read_lines(job.reference, "--reference") if job.reference else None
     per_line = {flag: (path, read_lines(path, flag))  # files with one line per input line
@@ -103,7 +107,8 @@ def translate_stream(job: TranslateJob) -> int:
     done = 0
     with ExitStack() as stack:
         out = stack.enter_context(atomic_output(job.output))
-        sink = stack.enter_context(_alignment_sink(job, translator, contrasts)) if job.need_attention else None
+        sink = (stack.enter_context(_alignment_sink(job, translator, contrasts, backward)) if job.need_attention
+                else None)
         for chunk in chunks(iter_lines(job.input, "--input"), chunk_size):
             _check_per_line(per_line, job.input, done + len(chunk), final=False)
             if job.markup:
@@ -147,13 +152,25 @@ def _name(path: str | None) -> str:
     return "(standard input)" if path in (None, "-") else str(path)
 
 
+def _backward_aligner(job: TranslateJob, translator: Translator) -> BackwardAligner | None:
+    """--backward-checkpoint's model, checked against the forward one, or None."""
+    if not job.backward_checkpoint:
+        return None
+    if not job.need_attention:
+        raise UserError("--backward-checkpoint symmetrizes the exported word links: give --alignments, --html or "
+                        "--plot-dir too")
+    backward = Translator.from_checkpoint(job.backward_checkpoint, device=job.device)
+    return BackwardAligner(translator, backward, job.align, job.symmetrize, batch_size=job.decode.batch)
+
+
 def _check_markup(job: TranslateJob) -> None:
     """--markup writes one marked-up line per input line: the options that write something else are named."""
     if job.markup is None:
         return
     others = {"--n-best": job.decode.n_best > 1, "--output-format jsonl": job.output_format == "jsonl",
               "--alignments": job.alignments, "--plot-dir": job.plot_dir, "--html": job.html,
-              "--reference": job.reference, "--prefix": job.prefix, "--constraints": job.constraints}
+              "--reference": job.reference, "--prefix": job.prefix, "--constraints": job.constraints,
+              "--backward-checkpoint": job.backward_checkpoint}
     clash = [flag for flag, given in others.items() if given]
     if clash:
         raise UserError(f"--markup writes one marked-up translation per input line; it does not combine with "
@@ -227,10 +244,11 @@ class _alignment_sink:
     """Collects translations for --alignments (JSONL + npz), --plot-dir (heatmaps) and --html (the viewer,
     with every layer and head); with --attribution also computes and exports/plots attribution matrices."""
 
-    def __init__(self, job: TranslateJob, translator: Translator, contrasts: list[str] | None = None) -> None:
+    def __init__(self, job: TranslateJob, translator: Translator, contrasts: list[str] | None = None,
+                 backward: BackwardAligner | None = None) -> None:
         from ..alignment.records import AlignmentWriter
 
-        self.job, self.translator, self.contrasts = job, translator, contrasts
+        self.job, self.translator, self.contrasts, self.backward = job, translator, contrasts, backward
         self.layer, self.heads = check_layer_heads(job.align.layer, job.align.heads, translator.model)
         self.members: list[tuple[str, object]] = []  # (checkpoint, model) of every ensemble member
         if isinstance(translator.model, EnsembleModel):
@@ -271,8 +289,10 @@ class _alignment_sink:
         return self._stack.__exit__(*exc)
 
     def add(self, results: list[Translation], first_index: int) -> None:
-        for i, result in enumerate(results):
-            record = self._record(result, first_index + i)
+        records = [self._record(result, first_index + i) for i, result in enumerate(results)]
+        if self.backward is not None:
+            self._symmetrize(records)
+        for result, record in zip(results, records):
             attributions = self._attributions(result, record) if result.attention is not None else []
             if self.writer is not None:
                 self.writer.write(record)
@@ -320,6 +340,19 @@ class _alignment_sink:
                                                      **{key: fields[key] for key in ALTERNATIVE_KEYS}})
                 record.extra_arrays[f"alt{rank}_attention"] = own.attention
         return record
+
+    def _symmetrize(self, records: list) -> None:
+        """--backward-checkpoint: each record's word links become the symmetrized ones; the forward and
+        backward links are kept beside them (``forward_pharaoh_word``, ``backward_pharaoh_word``)."""
+        from ..alignment.links import parse_pharaoh, symmetrized, to_pharaoh
+
+        chosen = [r for r in records if r.source.strip() and r.target.strip()]
+        backward = self.backward.backward_links([r.source for r in chosen], [r.target for r in chosen])
+        for record, links in zip(chosen, backward):
+            forward = parse_pharaoh(record.pharaoh_word)[0]
+            record.extra.update(symmetrize=self.backward.symmetrize, forward_pharaoh_word=record.pharaoh_word,
+                                backward_pharaoh_word=to_pharaoh(links))
+            record.pharaoh_word = to_pharaoh(symmetrized(forward, links, self.backward.symmetrize))
 
     def _empty_record(self, result: Translation, index: int, model):
         """Empty input: an empty record keeps one JSONL line per input."""

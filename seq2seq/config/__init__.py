@@ -18,27 +18,19 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    ConfigDict, Field, NonNegativeFloat, NonNegativeInt, StringConstraints, TypeAdapter, ValidationError,
+    Field, NonNegativeFloat, NonNegativeInt, TypeAdapter, ValidationError,
 )
 
-from .errors import UserError
+from ..errors import UserError
+from .align import (  # noqa: F401  (re-exported: ``from seq2seq.config import AlignConfig`` everywhere)
+    LINK_METHODS, SYMMETRIZATIONS, AlignConfig, AttributionConfig, check_link_method, parse_heads, parse_layer,
+)
+from .decode import DECODER_ROWS, DEFAULT_BEAM_SIZE, DecodeConfig, check_decoding  # noqa: F401
+from .fields import STRICT, Device, option
 
 #: Why a sparse ``attention_normalizer`` cannot run, and the fix (``seq2seq.nn.normalizers``)
 ENTMAX_MISSING = ("--attention-normalizer sparsemax and entmax15 need the entmax package: "
                   "pip install 'seq2seq[sparse]' (or pip install entmax)")
-STRICT = ConfigDict(extra="forbid")  # unknown keys are errors
-Device = Annotated[str, StringConstraints(pattern=r"^(auto|cpu|cuda(:\d+)?)$")]  # auto, cpu, cuda, cuda:N
-
-
-def option(default: Any, help: str, **kwargs: Any) -> Any:
-    """A config field with its help text (shown by ``--help``; the flag is generated from the name)."""
-    factory = kwargs.pop("default_factory", None)
-    metadata = {"help": help, **kwargs}
-    if factory is not None:
-        return field(default_factory=factory, metadata=metadata)
-    return field(default=default, metadata=metadata)
-
-
 #: Model fields a fine-tuning run (``--init-from``) may change: they have no parameters.
 FINE_TUNABLE = ("dropout", "attention_normalizer")
 
@@ -303,202 +295,6 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
-#: The beam size when none is given (``DecodeConfig.beam_size`` None): beam search, or 1 with sampling.
-DEFAULT_BEAM_SIZE = 5
-#: Decoder rows (sentences x beams) per batch when no batch size is given (``DecodeConfig.batch``):
-#: greedy batches of 320 sentences, beam-5 batches of 64. Every decoding step reads all decoder weights
-#: however few rows it has, so greedy decoding gains from wide batches; beam search is flat across
-#: widths (docs/performance.md).
-DECODER_ROWS = 320
-
-
-@dataclass
-class DecodeConfig:
-    """How ``seq2seq translate``, ``serve`` and ``Translator.translate`` search or sample (the same
-    defaults for all three). Checked where it is built (``check_decoding``: named errors before any
-    work), so a ``DecodeConfig`` in hand is one that runs; ``dataclasses.replace`` checks again."""
-
-    __pydantic_config__ = STRICT
-
-    beam_size: int | None = option(None, "beam size (1 = greedy; --sample needs 1)")
-    length_penalty: float = option(1.0, "GNMT length penalty alpha (0 = none)")
-    n_best: int = option(1, "hypotheses per input (with --sample: independent samples per input)")
-    batch_size: int | None = option(None, "sentences decoded together (None: 320 / beam size; sampling: 320 / "
-                                          "n-best)")
-    max_output_ratio: float = option(1.5, "outputs stop at this ratio x source subwords + 10")
-    max_input_tokens: int = option(250, "longer inputs are cut to this many subwords, with a warning")
-    sample: bool = option(False, "sample every output token from the model's distribution (shaped by "
-                                 "--temperature, --top-k, --top-p) instead of searching for the most "
-                                 "probable output: back-translation, diversity")
-    top_k: int = option(0, "with --sample: draw from the k most probable tokens only (0 = no limit)")
-    top_p: float = option(1.0, "with --sample: nucleus sampling: draw from the smallest set of most probable "
-                               "tokens whose probability reaches p, in (0, 1] (1 = no limit)")
-    temperature: float = option(1.0, "with --sample: divide the logits by T (< 1 sharper, > 1 flatter; "
-                                     "0 = always the most probable token, i.e. greedy)")
-    seed: int | None = option(None, "with --sample: random seed; the same seed gives the same samples "
-                                    "(None: different samples every run)")
-    ordered_constraints: bool = option(False, "with --constraints: each output contains the phrases in the order "
-                                              "given")
-
-    def __post_init__(self) -> None:
-        check_decoding(self.beam_size, self.n_best, self.sample, self.top_k, self.top_p, self.temperature, self.seed)
-        if self.batch_size is not None and self.batch_size < 1:
-            raise UserError(f"--batch-size must be positive, got {self.batch_size}")
-        if not 0 < self.max_output_ratio < float("inf"):
-            raise UserError(f"--max-output-ratio must be a finite number > 0, got {self.max_output_ratio}")
-        if self.max_input_tokens < 1:
-            raise UserError(f"--max-input-tokens must be positive, got {self.max_input_tokens}")
-
-    @property
-    def beam(self) -> int:
-        """The beam that runs: ``beam_size``, or when None ``DEFAULT_BEAM_SIZE`` (1 with ``sample``)."""
-        return (1 if self.sample else DEFAULT_BEAM_SIZE) if self.beam_size is None else self.beam_size
-
-    @property
-    def batch(self) -> int:
-        """Sentences decoded together: ``batch_size``, or ``DECODER_ROWS`` / the decoder rows one
-        sentence takes (its beam; with ``sample``, its ``n_best`` samples)."""
-        if self.batch_size is not None:
-            return self.batch_size
-        return max(1, DECODER_ROWS // (self.n_best if self.sample else self.beam))
-
-
-def check_decoding(beam_size: int | None, n_best: int, sample: bool = False, top_k: int = 0,
-                   top_p: float = 1.0, temperature: float = 1.0, seed: int | None = None) -> int:
-    """Named errors for bad search / sampling options (before any work); returns the beam size
-    that runs: ``beam_size``, or when None ``DEFAULT_BEAM_SIZE`` (search) / 1 (``sample``).
-
-    Sampling draws ``n_best`` independent samples per input and has no beam: an explicit beam size
-    above 1 with ``sample`` is an error, and so are the sampling options without ``sample``."""
-    if not sample:
-        given = [flag for flag, value, default in (("--top-k", top_k, 0), ("--top-p", top_p, 1.0),
-                                                   ("--temperature", temperature, 1.0), ("--seed", seed, None))
-                 if value != default]
-        if given:
-            raise UserError(f"{', '.join(given)}: sampling option(s), used only with --sample (sample=True)")
-        beam = DEFAULT_BEAM_SIZE if beam_size is None else beam_size
-        if beam < 1 or not 1 <= n_best <= beam:
-            raise UserError(f"need 1 <= --n-best ({n_best}) <= --beam-size ({beam})")
-        return beam
-    if beam_size is not None and beam_size != 1:
-        raise UserError(f"--sample draws every token at random and has no beam: --beam-size must be 1 or "
-                        f"unset, got {beam_size} (--n-best N draws N independent samples per input)")
-    if n_best < 1:
-        raise UserError(f"--n-best (samples per input) must be >= 1, got {n_best}")
-    if top_k < 0:
-        raise UserError(f"--top-k must be >= 0 (0 = no limit), got {top_k}")
-    if not 0.0 < top_p <= 1.0:
-        raise UserError(f"--top-p must be in (0, 1] (1 = no limit), got {top_p}")
-    if not 0.0 <= temperature < float("inf"):
-        raise UserError(f"--temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
-    return 1
-
-
-
-#: how hard links are read from an attention matrix (``seq2seq.alignment.links.extract_links``)
-LINK_METHODS = ("argmax", "threshold", "soft", "grow")
-
-
-@dataclass
-class AlignConfig:
-    """Which attention becomes an alignment matrix and how hard links are read from it: the one home of
-    these defaults, shared by ``seq2seq translate``, ``serve``, ``align``, ``compare`` and ``analyze``,
-    ``Translation.alignment_record``, the alignment export and gradient-weighted attention.
-
-    ``layer`` -2 is the penultimate decoder layer: Garg et al. (2019) found it aligns best (an RNN has
-    one layer and uses it); ``heads`` "mean" averages every head of it."""
-
-    layer: int | Literal["all"] = option(-2, "decoder layer of the aggregate: index (negative counts from the "
-                                             "top) or 'all' (mean of all layers)")
-    heads: Literal["mean"] | list[int] = option("mean", "'mean' (average all heads) or the head indices to "
-                                                        "average")
-    method: Literal[LINK_METHODS] = option(
-        "argmax", "hard links: argmax = one source word per target word; threshold = every source word with "
-                  "at least `threshold` of the (renormalized) row; soft = every link with at least `threshold` "
-                  "of its row and of its column; grow = grow-diag-final-and of the row and the column argmax")
-    threshold: float = option(0.3, "share of a row (and, for soft, of a column) for methods threshold and soft, "
-                                   "in (0, 1]")
-    include_eos: bool = option(False, "keep the source EOS column and target EOS row in matrices and links")
-    model_default: bool = option(False, "layer and heads were not chosen: for a model trained with guided "
-                                        "alignment, read the layer and heads it supervised (``for_model``)")
-
-    @classmethod
-    def from_flags(cls, layer: str, heads: str, method: str = "argmax", threshold: float = 0.3,
-                   include_eos: bool = False, model_default: bool = False) -> "AlignConfig":
-        """From the spelling of ``--align-layer`` / ``--align-heads`` ("-2", "all"; "mean", "0,2"), checked;
-        ``model_default``: neither flag was given (see ``for_model``)."""
-        config = cls(parse_layer(layer), parse_heads(heads), method, threshold, include_eos, model_default)
-        config.check()
-        return config
-
-    def for_model(self, supervised: tuple[int, list[int]] | None) -> "AlignConfig":
-        """The settings for a model whose ``RunConfig.supervised_attention()`` is ``supervised``: with
-        ``model_default`` and a model trained with guided alignment, its supervised layer and heads (the
-        attention trained to align words); otherwise unchanged."""
-        if not self.model_default or supervised is None:
-            return self
-        layer, heads = supervised
-        return dataclasses.replace(self, layer=layer, heads=list(heads), model_default=False)
-
-    def check(self) -> None:
-        check_link_method(self.method, "--align-method")
-        if self.method in ("threshold", "soft") and not 0.0 < self.threshold <= 1.0:
-            raise UserError(f"--align-threshold must be in (0, 1] (a share of a row), got {self.threshold}")
-
-    @property
-    def layer_flag(self) -> str:
-        """``layer`` as ``--align-layer`` spells it."""
-        return str(self.layer)
-
-    @property
-    def heads_flag(self) -> str:
-        """``heads`` as ``--align-heads`` spells it."""
-        return self.heads if isinstance(self.heads, str) else ",".join(str(h) for h in self.heads)
-
-    def link_options(self) -> dict[str, Any]:
-        """The keyword arguments of ``AlignmentRecord.build`` besides layer and heads."""
-        return {"include_eos": self.include_eos, "method": self.method, "threshold": self.threshold}
-
-
-def check_link_method(method: str, name: str = "alignment method") -> None:
-    """A UserError naming ``name`` unless ``method`` is one of ``LINK_METHODS``."""
-    if method not in LINK_METHODS:
-        raise UserError(f"{name} must be one of {', '.join(LINK_METHODS)}, got {method!r}")
-
-
-def parse_layer(value: str | int) -> int | str:
-    """``--align-layer``: an integer layer index or 'all'."""
-    if value == "all" or isinstance(value, int):
-        return value
-    try:
-        return int(value)
-    except ValueError:
-        raise UserError(f"--align-layer must be an integer layer index or 'all', got {value!r}") from None
-
-
-def parse_heads(value: str | list[int]) -> str | list[int]:
-    """``--align-heads``: 'mean' or comma-separated head indices."""
-    if value == "mean" or isinstance(value, list):
-        return value
-    try:
-        return [int(h) for h in value.split(",")]
-    except ValueError:
-        raise UserError(f"--align-heads must be 'mean' or comma-separated integers like 0,2, got {value!r}") from None
-
-
-@dataclass
-class AttributionConfig:
-    """Which attribution methods run on a translation and with what settings (``seq2seq translate
-    --attribution``; ``seq2seq.attribution``)."""
-
-    methods: list[str] = option(None, "attribution methods to run (seq2seq.attribution.base.METHODS)",
-                                default_factory=list)
-    ig_steps: int = option(16, "integration steps for integrated-gradients")
-    samples: int = option(200, "perturbed sources per sentence for lime and kernel-shap; a source of M words "
-                               "needs at least 2 (M + 1)")
-    seed: int = option(0, "seed of the lime and kernel-shap samples: the same seed gives the same attributions")
-
-
 @dataclass
 class RunConfig:
     """Everything a training run needs; ``resolved()`` is what actually runs."""
@@ -642,9 +438,6 @@ def _valid_keys(cls: type, path: tuple) -> str:
 
 
 SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
-
-#: How ``seq2seq wordalign`` combines the two directions' links (``alignment.eflomal.symmetrized``).
-SYMMETRIZATIONS = ("grow-diag-final-and", "grow-diag-final", "intersection", "forward", "backward")
 
 #: What ``--resume`` may change (the ``train`` fields): the stopping limits and validation rhythm, and
 #: where the run computes. Everything else is the run's own, read back from its checkpoint.

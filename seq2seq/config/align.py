@@ -1,0 +1,117 @@
+"""How attention becomes alignments and explanations: ``AlignConfig`` (layer, heads, link extraction),
+the link methods and symmetrizations, ``AttributionConfig``."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..errors import UserError
+from .fields import option
+
+#: how hard links are read from an attention matrix (``seq2seq.alignment.links.extract_links``)
+LINK_METHODS = ("argmax", "threshold", "soft", "grow")
+
+
+@dataclass
+class AlignConfig:
+    """Which attention becomes an alignment matrix and how hard links are read from it: the one home of
+    these defaults, shared by ``seq2seq translate``, ``serve``, ``align``, ``compare`` and ``analyze``,
+    ``Translation.alignment_record``, the alignment export and gradient-weighted attention.
+
+    ``layer`` -2 is the penultimate decoder layer: Garg et al. (2019) found it aligns best (an RNN has
+    one layer and uses it); ``heads`` "mean" averages every head of it."""
+
+    layer: int | Literal["all"] = option(-2, "decoder layer of the aggregate: index (negative counts from the "
+                                             "top) or 'all' (mean of all layers)")
+    heads: Literal["mean"] | list[int] = option("mean", "'mean' (average all heads) or the head indices to "
+                                                        "average")
+    method: Literal[LINK_METHODS] = option(
+        "argmax", "hard links: argmax = one source word per target word; threshold = every source word with "
+                  "at least `threshold` of the (renormalized) row; soft = every link with at least `threshold` "
+                  "of its row and of its column; grow = grow-diag-final-and of the row and the column argmax")
+    threshold: float = option(0.3, "share of a row (and, for soft, of a column) for methods threshold and soft, "
+                                   "in (0, 1]")
+    include_eos: bool = option(False, "keep the source EOS column and target EOS row in matrices and links")
+    model_default: bool = option(False, "layer and heads were not chosen: for a model trained with guided "
+                                        "alignment, read the layer and heads it supervised (``for_model``)")
+
+    @classmethod
+    def from_flags(cls, layer: str, heads: str, method: str = "argmax", threshold: float = 0.3,
+                   include_eos: bool = False, model_default: bool = False) -> "AlignConfig":
+        """From the spelling of ``--align-layer`` / ``--align-heads`` ("-2", "all"; "mean", "0,2"), checked;
+        ``model_default``: neither flag was given (see ``for_model``)."""
+        config = cls(parse_layer(layer), parse_heads(heads), method, threshold, include_eos, model_default)
+        config.check()
+        return config
+
+    def for_model(self, supervised: tuple[int, list[int]] | None) -> "AlignConfig":
+        """The settings for a model whose ``RunConfig.supervised_attention()`` is ``supervised``: with
+        ``model_default`` and a model trained with guided alignment, its supervised layer and heads (the
+        attention trained to align words); otherwise unchanged."""
+        if not self.model_default or supervised is None:
+            return self
+        layer, heads = supervised
+        return dataclasses.replace(self, layer=layer, heads=list(heads), model_default=False)
+
+    def check(self) -> None:
+        check_link_method(self.method, "--align-method")
+        if self.method in ("threshold", "soft") and not 0.0 < self.threshold <= 1.0:
+            raise UserError(f"--align-threshold must be in (0, 1] (a share of a row), got {self.threshold}")
+
+    @property
+    def layer_flag(self) -> str:
+        """``layer`` as ``--align-layer`` spells it."""
+        return str(self.layer)
+
+    @property
+    def heads_flag(self) -> str:
+        """``heads`` as ``--align-heads`` spells it."""
+        return self.heads if isinstance(self.heads, str) else ",".join(str(h) for h in self.heads)
+
+    def link_options(self) -> dict[str, Any]:
+        """The keyword arguments of ``AlignmentRecord.build`` besides layer and heads."""
+        return {"include_eos": self.include_eos, "method": self.method, "threshold": self.threshold}
+
+
+def check_link_method(method: str, name: str = "alignment method") -> None:
+    """A UserError naming ``name`` unless ``method`` is one of ``LINK_METHODS``."""
+    if method not in LINK_METHODS:
+        raise UserError(f"{name} must be one of {', '.join(LINK_METHODS)}, got {method!r}")
+
+
+def parse_layer(value: str | int) -> int | str:
+    """``--align-layer``: an integer layer index or 'all'."""
+    if value == "all" or isinstance(value, int):
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise UserError(f"--align-layer must be an integer layer index or 'all', got {value!r}") from None
+
+
+def parse_heads(value: str | list[int]) -> str | list[int]:
+    """``--align-heads``: 'mean' or comma-separated head indices."""
+    if value == "mean" or isinstance(value, list):
+        return value
+    try:
+        return [int(h) for h in value.split(",")]
+    except ValueError:
+        raise UserError(f"--align-heads must be 'mean' or comma-separated integers like 0,2, got {value!r}") from None
+
+
+@dataclass
+class AttributionConfig:
+    """Which attribution methods run on a translation and with what settings (``seq2seq translate
+    --attribution``; ``seq2seq.attribution``)."""
+
+    methods: list[str] = option(None, "attribution methods to run (seq2seq.attribution.base.METHODS)",
+                                default_factory=list)
+    ig_steps: int = option(16, "integration steps for integrated-gradients")
+    samples: int = option(200, "perturbed sources per sentence for lime and kernel-shap; a source of M words "
+                               "needs at least 2 (M + 1)")
+    seed: int = option(0, "seed of the lime and kernel-shap samples: the same seed gives the same attributions")
+
+
+#: How two directions' links are combined (``alignment.links.symmetrized``): wordalign, align, translate.
+SYMMETRIZATIONS = ("grow-diag-final-and", "grow-diag-final", "intersection", "forward", "backward")
