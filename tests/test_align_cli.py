@@ -14,6 +14,7 @@ import torch
 from seq2seq.cli import align
 from seq2seq.alignment.links import parse_pharaoh, read_pharaoh_file
 from seq2seq.alignment.matrices import merge_to_words
+from seq2seq.checkpoint.file import load_checkpoint, save_checkpoint
 from seq2seq.config import ModelConfig, RunConfig
 from seq2seq.models import build_model
 from seq2seq.training.run import train
@@ -192,14 +193,62 @@ def test_align_command_scores_and_writes_pharaoh(checkpoint, gold_files, tmp_pat
     assert scores["forward"]["precision"] == pytest.approx(a_p / a, abs=1e-12)
     assert scores["forward"]["recall"] == pytest.approx(a_s / s, abs=1e-12)
     # the same model as a "backward" (target->source) one: its links come back as (src, tgt)
-    assert align.main(argv + ["--backward-checkpoint", str(checkpoint), "--output", str(links)]) == 0
+    backward = reversed_checkpoint(checkpoint, tmp_path / "backward.pt")
+    assert align.main(argv + ["--backward-checkpoint", str(backward), "--output", str(links)]) == 0
     scores = json.loads(capsys.readouterr().out.splitlines()[-1])
-    assert set(scores) == {"forward", "backward", "intersection", "grow-diag-final"}
+    assert set(scores) == {"forward", "backward", "intersection", "grow-diag-final", "grow-diag-final-and"}
     both, _ = read_pharaoh_file(links)  # default output: the intersection
     n_src, n_tgt = [1, 4, 1], [3, 3, 1]
     for links_i, s, t in zip(both, n_src, n_tgt):
         assert all(i < s and j < t for i, j in links_i)
     assert scores["intersection"]["predicted"] <= scores["forward"]["predicted"]
+
+
+def reversed_checkpoint(checkpoint: Path, path: Path) -> Path:
+    """The checkpoint's model recorded as trained target->source (its languages swapped): a stand-in
+    backward model with the forward model's words and vocabulary."""
+    payload = load_checkpoint(checkpoint)
+    data = payload["config"]["data"]
+    data["src"], data["tgt"] = data["tgt"], data["src"]
+    save_checkpoint(path, payload)
+    return path
+
+
+def test_translate_symmetrizes_as_align_does(checkpoint, tmp_path, capsys):
+    """The word links ``translate --backward-checkpoint`` exports for its output equal what ``align``
+    computes for the same pair with the same two models; a model of the same direction is a named error."""
+    sources = ["twenty-one", "three hundred and five", "", "seven thousand and twelve"]
+    (tmp_path / "in.txt").write_text("".join(line + "\n" for line in sources), encoding="utf-8")
+    backward = reversed_checkpoint(checkpoint, tmp_path / "backward.pt")
+    common = ["--checkpoint", str(checkpoint), "--input", str(tmp_path / "in.txt"), "--device", "cpu",
+              "--beam-size", "2", "--align-method", "grow"]
+    assert translate_main(common + ["--output", str(tmp_path / "out.txt"), "--alignments", str(tmp_path / "a.jsonl"),
+                                    "--backward-checkpoint", str(backward), "--symmetrize", "intersection"]) == 0
+    records = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text(encoding="utf-8").splitlines()]
+    outputs = (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()
+    chosen = [i for i, line in enumerate(sources) if line and outputs[i]]
+    (tmp_path / "src").write_text("".join(sources[i] + "\n" for i in chosen), encoding="utf-8")
+    (tmp_path / "tgt").write_text("".join(outputs[i] + "\n" for i in chosen), encoding="utf-8")
+    (tmp_path / "gold").write_text("\n" * len(chosen), encoding="utf-8")
+    capsys.readouterr()
+    assert align.main(["--checkpoint", str(checkpoint), "--backward-checkpoint", str(backward), "--source",
+                       str(tmp_path / "src"), "--target", str(tmp_path / "tgt"), "--gold", str(tmp_path / "gold"),
+                       "--align-method", "grow", "--output", str(tmp_path / "links"), "--device", "cpu"]) == 0
+    expected = (tmp_path / "links").read_text(encoding="utf-8").splitlines()  # the intersection
+    assert [records[i]["pharaoh_word"] for i in chosen] == expected
+    for i in chosen:
+        forward = parse_pharaoh(records[i]["forward_pharaoh_word"])[0]
+        back = parse_pharaoh(records[i]["backward_pharaoh_word"])[0]
+        assert parse_pharaoh(records[i]["pharaoh_word"])[0] == forward & back
+        assert records[i]["symmetrize"] == "intersection"
+    assert records[2]["pharaoh_word"] == "" and "symmetrize" not in records[2]  # the empty line
+
+    code = translate_main(common + ["--output", str(tmp_path / "o2"), "--alignments", str(tmp_path / "b.jsonl"),
+                                    "--backward-checkpoint", str(checkpoint)])
+    assert code != 0 and "same direction" in capsys.readouterr().err
+    assert not (tmp_path / "b.jsonl").exists() and not (tmp_path / "o2").exists()
+    code = translate_main(common + ["--output", str(tmp_path / "o3"), "--backward-checkpoint", str(backward)])
+    assert code != 0 and "give --alignments" in capsys.readouterr().err
 
 
 def test_align_command_errors(checkpoint, gold_files, tmp_path, capsys):
