@@ -14,8 +14,9 @@ statistical aligner eflomal, with test BLEU at equal training time (from the rep
    the training split with one shared SentencePiece model and seed, one after the other with every core,
    or with ``--parallel`` two at a time with half the cores each; a finished run is reused.
 4. **Scores** of each run's ``best.pt``: test BLEU and chrF (beam 5), and AER on the gold for the
-   alignment ``seq2seq align`` reads by default from that model (``default``) and for every decoder layer
-   (and their mean) x (the mean of heads, and each head): the best of these is tuned on the gold.
+   alignment ``seq2seq align`` reads by default from that model (``default``), with every link method
+   (``methods``: argmax, threshold, soft, grow), and for every decoder layer (and their mean) x (the mean
+   of heads, and each head), argmax links: the best of these is tuned on the gold.
 5. **Record** (``--out``, JSON + markdown) after every step, and a figure (PNG beside it): test BLEU
    against default AER, eflomal's AER as a line.
 """
@@ -39,6 +40,7 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "transformer": ("transformer", []),
     "transformer-guided-0.05": ("transformer", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.05"]),
     "transformer-guided-0.5": ("transformer", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.5"]),
+    "transformer-align": ("transformer-align", ["--guided-alignment", "{talp}"]),  # the preset, eflomal's links shared
     "transformer-entropy": ("transformer", ["--attention-entropy-weight", "0.1"]),
     "transformer-entmax": ("transformer", ["--attention-normalizer", "entmax15"]),
 }
@@ -107,6 +109,7 @@ def train_all(args: argparse.Namespace, spm: Path) -> None:
 def attention_scores(run_dir: Path, sources: list[str], targets: list[str], gold, args) -> dict:
     """AER of the model's default alignment and of every layer x heads choice; test BLEU / chrF."""
     from seq2seq.alignment.links import alignment_error_rate
+    from seq2seq.config import LINK_METHODS, AlignConfig
     from seq2seq.decoding.translator import Translator
     from seq2seq.decoding.forced_alignment import force_align
     from seq2seq.metrics import corpus_scores
@@ -122,16 +125,21 @@ def attention_scores(run_dir: Path, sources: list[str], targets: list[str], gold
             choices.update({f"layer {layer}, head {h}": (layer, [h]) for h in range(model.attention_heads)})
     aer = {}
     for name, (layer, heads) in choices.items():
-        links = force_align(translator, sources, targets, layer, heads)
+        links = force_align(translator, sources, targets, layer, heads, method="argmax")
         aer[name] = vars(alignment_error_rate(links, sure, possible))
     best = min((name for name in aer if name != "default"), key=lambda name: aer[name]["aer"])
+    methods = {}  # the default layer and heads, every link method (threshold and soft at their default share)
+    for method in LINK_METHODS:
+        links = force_align(translator, sources, targets, default_layer, default_heads, method=method)
+        methods[method] = vars(alignment_error_rate(links, sure, possible))
     test_src = read_lines(args.data_dir / f"{args.test_split}.{args.src}")
     test_ref = read_lines(args.data_dir / f"{args.test_split}.{args.tgt}")
     outputs = [t.text for t in translator.translate(test_src, beam_size=5, need_attention=False)]
     scores = corpus_scores(outputs, test_ref, ("bleu", "chrf"))
     summary = json.loads((run_dir / "summary.json").read_text())
-    return {"default": {"layer": default_layer, "heads": default_heads, **aer["default"]}, "best": best,
-            "aer": aer, "test_bleu": scores["bleu"].score, "test_chrf": scores["chrf"].score,
+    return {"default": {"layer": default_layer, "heads": default_heads, **methods[AlignConfig.method]},
+            "best": best, "aer": aer, "methods": methods, "test_bleu": scores["bleu"].score,
+            "test_chrf": scores["chrf"].score,
             "valid_bleu": summary["best_valid_bleu"], "steps": summary["steps"],
             "tokens_per_s": summary["train_tgt_tokens_per_s"]}
 
@@ -146,17 +154,20 @@ def default_alignment(translator) -> tuple:
 
 
 def table(record: dict) -> str:
-    rows = [["eflomal (grow-diag-final-and)", "", "", f"{record['eflomal']['aer']:.3f}", "", ""]]
+    methods = list(next(iter(record["runs"].values()))["methods"]) if record["runs"] else []
+    rows = [["eflomal (grow-diag-final-and)", "", "", f"{record['eflomal']['aer']:.3f}", *[""] * len(methods), "", ""]]
     for name, r in record["runs"].items():
         d = r["default"]
         best = r["aer"][r["best"]]
         rows.append([name, f"{r['test_bleu']:.2f}", f"{r['valid_bleu']:.2f}", f"{d['aer']:.3f}",
-                     f"{best['aer']:.3f} ({r['best']})", r["steps"]])
+                     *[f"{r['methods'][m]['aer']:.3f}" for m in methods], f"{best['aer']:.3f} ({r['best']}, argmax)",
+                     r["steps"]])
     head = (f"AER on {record['gold_pairs']} hand-aligned {record['gold_split']} pairs "
             f"({display_path(record['gold'])}); runs of {record['minutes']:g} minutes each, "
             f"{'two at a time' if record['parallel'] else 'one after the other'}, {record['machine']['cpu']}\n\n")
     return head + markdown_table(["system", "test BLEU", "valid BLEU", "AER (default alignment)",
-                                  "AER (best layer/head, tuned on the gold)", "steps"], rows) + "\n"
+                                  *[f"AER ({m})" for m in methods], "AER (best layer/head, tuned on the gold)",
+                                  "steps"], rows) + "\n"
 
 
 def figure(record: dict, path: Path) -> None:

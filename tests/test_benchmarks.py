@@ -413,12 +413,13 @@ def test_alignment_benchmark_scores_eflomal_and_each_variants_attention_on_the_g
     gold.write_text("0-0\n" * len(val), encoding="utf-8")  # the first words of each pair are linked
     out = tmp_path / "alignment.json"
     script("bench_alignment.py", "--data-dir", str(data), "--src", "en", "--tgt", "de", "--test-split", "test",
-           "--gold", str(gold), "--minutes", "0.1", "--variants", "transformer", "transformer-guided-0.05",
+           "--gold", str(gold), "--minutes", "0.1", "--variants", "transformer", "transformer-align",
            "--runs", str(tmp_path / "runs"), "--out", str(out), "--", "--vocab-size", "60", *TINY_MODEL, cwd=tmp_path)
     record = check_record(out, "alignment")
     assert record["gold_pairs"] == 3 and 0 <= record["eflomal"]["aer"] <= 1
-    guided = record["runs"]["transformer-guided-0.05"]
+    guided = record["runs"]["transformer-align"]
     assert guided["default"]["heads"] == [0] and record["runs"]["transformer"]["default"]["heads"] == "mean"
+    assert set(guided["methods"]) == {"argmax", "threshold", "soft", "grow"}
     assert {"layer 0, mean", "layer 0, head 1", "layer all, mean"} <= set(guided["aer"])
     assert out.with_suffix(".png").is_file() and "| eflomal" in out.with_suffix(".md").read_text()
 

@@ -285,11 +285,18 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "rnn-bahdanau": {"model": {"arch": "rnn", "attention": "bahdanau"}, "train": {"lr": 2e-3}},
     "rnn-luong": {"model": {"arch": "rnn", "attention": "luong-general"}},
     "transformer": {"model": {"arch": "transformer"}, "train": {"warmup_steps": 200}},
-    # Vaswani et al. 2017's base model (6+6 layers, d512, 8 heads, FF 2048, 48 M parameters with an 8k
-    # vocabulary) for corpora larger than Multi30k; docs/guides/training.md gives its cost per device
+    # the transformer preset trained to align words as it translates: guided alignment on eflomal's links of
+    # the training pairs (pip install 'seq2seq[align]'), supervising the penultimate layer's first head with
+    # the whole target visible (full context); the recipe of docs/guides/alignments.md, measured by
+    # benchmarks/bench_alignment.py
+    "transformer-align": {"model": {"arch": "transformer"}, "data": {"guided_alignment": "eflomal"},
+                          "train": {"warmup_steps": 200, "guided_alignment_weight": 0.5,
+                                    "full_context_alignment": True}},
     # the transformer preset for budgets of many epochs (a GPU trains Multi30k's in seconds): more dropout
     # and a higher peak rate; the winner of a validation search on one GPU (docs/benchmarks.md)
     "transformer-gpu": {"model": {"arch": "transformer", "dropout": 0.3}, "train": {"warmup_steps": 200, "lr": 2e-3}},
+    # Vaswani et al. 2017's base model (6+6 layers, d512, 8 heads, FF 2048, 48 M parameters with an 8k
+    # vocabulary) for corpora larger than Multi30k; docs/guides/training.md gives its cost per device
     "transformer-base": {"model": {"arch": "transformer", "d_model": 512, "heads": 8, "ff_size": 2048, "layers": 6},
                          "train": {"warmup_steps": 4000, "lr": 7e-4}},
 }
