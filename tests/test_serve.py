@@ -26,13 +26,16 @@ pytest.importorskip("httpx")
 import httpx  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
+from seq2seq.alignment.links import parse_pharaoh, to_pharaoh  # noqa: E402
 from seq2seq.cli import serve as serve_cli  # noqa: E402
+from seq2seq.config import AlignConfig  # noqa: E402
+from seq2seq.decoding.forced_alignment import BackwardAligner  # noqa: E402
 from seq2seq.decoding.translator import Translator  # noqa: E402
 from seq2seq.errors import UserError  # noqa: E402
 from seq2seq.models import compiled  # noqa: E402
 from seq2seq.serve import Batcher, BatcherClosed, Limits, QueueFull, ServeSettings, create_app  # noqa: E402
 from seq2seq.serve.server import bind_socket  # noqa: E402
-from test_align_cli import checkpoint  # noqa: E402,F401  (the tiny trained checkpoint, a module fixture)
+from test_align_cli import checkpoint, reversed_checkpoint  # noqa: E402,F401  (the tiny trained checkpoint)
 
 ROOT = Path(__file__).resolve().parents[1]
 ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}  # subprocesses too: tiny tensors, cores shared with others
@@ -138,6 +141,25 @@ def test_translations_scores_n_best_alignments_and_attention_are_the_translators
             assert attention["shape"] == list(translation.attention.shape)
             assert attention["tgt_pieces"] == translation.tgt_pieces
             np.testing.assert_allclose(np.array(attention["weights"]), translation.attention, atol=1e-4)
+
+
+def test_a_backward_model_symmetrizes_the_alignments_as_translate_does(translator, checkpoint, tmp_path):  # noqa: F811
+    backward = Translator.from_checkpoint(reversed_checkpoint(checkpoint, tmp_path / "backward.pt"), device="cpu")
+    aligner = BackwardAligner(translator, backward, AlignConfig(), "intersection")
+    with TestClient(create_app(translator, ServeSettings(), backward=aligner)) as client:
+        results = client.post("/translate", json={"sentences": SOURCES, "beam_size": 2, "n_best": 2,
+                                                  "alignments": True}).json()["translations"]
+    expected = translator.translate(SOURCES, beam_size=2, n_best=2)
+    chosen = [i for i, t in enumerate(expected) if t.text]
+    links = aligner.backward_links([expected[i].source for i in chosen], [expected[i].text for i in chosen])
+    for i, back in zip(chosen, links):
+        alignment = results[i]["alignment"]
+        forward = parse_pharaoh(expected[i].alignment_record(i).pharaoh_word)[0]
+        assert alignment["forward_pharaoh_word"] == to_pharaoh(forward)
+        assert alignment["backward_pharaoh_word"] == to_pharaoh(back)
+        assert alignment["pharaoh_word"] == to_pharaoh(forward & back) and alignment["symmetrize"] == "intersection"
+        assert all("symmetrize" not in a["alignment"] for a in results[i]["alternatives"])  # the best one only
+    assert results[2]["alignment"] is None
 
 
 def test_unset_options_are_the_servers_defaults_and_outputs_come_without_matrices(translator):
@@ -311,7 +333,7 @@ def test_serve_runs_the_ctranslate2_engine_where_it_can_and_says_so(checkpoint, 
     own = Path(shutil.copy(checkpoint, tmp_path / "best.pt"))
     started = {}
     monkeypatch.setattr("seq2seq.serve.server.run_server",
-                        lambda translator, settings, host, port, quiet, compiling: started.update(
+                        lambda translator, settings, host, port, quiet, compiling, backward: started.update(
                             translator=translator, compiling=compiling))
     assert serve_cli.main(["--checkpoint", str(own), "--device", "cpu", "--quiet"]) == 0
     translator = started["translator"]
@@ -330,7 +352,7 @@ def test_serve_starts_listening_with_its_compilation_under_way(checkpoint, monke
     monkeypatch.setattr(compiled, "BACKEND", "eager")
     started = {}
     monkeypatch.setattr("seq2seq.serve.server.run_server",
-                        lambda translator, settings, host, port, quiet, compiling: started.update(
+                        lambda translator, settings, host, port, quiet, compiling, backward: started.update(
                             compiling=compiling, status=compiling and compiling.status))
     assert serve_cli.main(["--checkpoint", str(checkpoint), "--device", "cpu", "--engine", "seq2seq", "--compile", flag,
                            "--beam-size", "3", "--quiet"]) == 0
@@ -338,6 +360,19 @@ def test_serve_starts_listening_with_its_compilation_under_way(checkpoint, monke
     assert (job is not None) == compiles
     if compiles:
         assert started["status"] == "compiling" and job.wait(60) == "ready"  # listening came first
+
+
+def test_serve_takes_a_backward_model_of_the_other_direction_only(checkpoint, monkeypatch, tmp_path, capsys):  # noqa: F811
+    started = {}
+    monkeypatch.setattr("seq2seq.serve.server.run_server",
+                        lambda translator, settings, host, port, quiet, compiling, backward: started.update(
+                            backward=backward))
+    common = ["--checkpoint", str(checkpoint), "--device", "cpu", "--engine", "seq2seq", "--compile", "off", "--quiet"]
+    assert serve_cli.main(common + ["--backward-checkpoint", str(checkpoint)]) == 2
+    assert "same direction" in capsys.readouterr().err and not started
+    backward = reversed_checkpoint(checkpoint, tmp_path / "backward.pt")
+    assert serve_cli.main(common + ["--backward-checkpoint", str(backward), "--symmetrize", "intersection"]) == 0
+    assert started["backward"].symmetrize == "intersection"
 
 
 def test_a_request_with_markup_gets_its_tags_carried_across(client, translator):

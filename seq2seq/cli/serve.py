@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from ..config import DEFAULT_BEAM_SIZE, DecodeConfig
+from ..config import DEFAULT_BEAM_SIZE, SYMMETRIZATIONS, DecodeConfig
 from ..errors import UserError
 from .common import (
     add_alignment_flags, add_dataclass_flags, add_device_flag, align_config, parser_for, run_cli,
@@ -70,6 +70,12 @@ def parse_args(argv: list[str] | None):
     add_dataclass_flags(p.add_argument_group("batching and limits"), Limits)
     a = p.add_argument_group("alignments", 'How attention becomes the alignments of requests with "alignments": true.')
     add_alignment_flags(a, include_eos=True)
+    a.add_argument("--backward-checkpoint", metavar="CHECKPOINT",
+                   help="a target->source model: each alignment's word links (pharaoh_word) become the forward "
+                        "model's symmetrized with this model's links of the same pair (--symmetrize)")
+    a.add_argument("--symmetrize", choices=SYMMETRIZATIONS, default="grow-diag-final-and",
+                   help="how --backward-checkpoint's links and the forward links are combined "
+                        "(default: grow-diag-final-and)")
     p.add_argument("--quiet", action="store_true", help="log warnings only (no request log)")
     return p.parse_args(argv)
 
@@ -134,8 +140,14 @@ def main(argv: list[str] | None = None) -> int:
     if wanted and translator.engine is None:  # compiled decoding is our engine's
         # as lone requests will run it, on their thread count; the server listens meanwhile
         compiling = translator.compile_in_background(sorted({1, decode.beam}), lone_sentence_threads(translator))
+    backward = None
+    if args.backward_checkpoint:  # with the align options as given: it reads its own supervised heads
+        from ..decoding.forced_alignment import BackwardAligner
+
+        backward = BackwardAligner(translator, Translator.from_checkpoint(args.backward_checkpoint, device=args.device),
+                                   align, args.symmetrize)
     align = align.for_model(translator.supervised_attention)  # a guided model: its supervised heads
     check_layer_heads(align.layer, align.heads, translator.model)
     settings = ServeSettings(limits=limits, decode=decode, align=align, precision=args.precision, api_key=key)
-    run_server(translator, settings, args.host, args.port, args.quiet, compiling)
+    run_server(translator, settings, args.host, args.port, args.quiet, compiling, backward)
     return 0

@@ -22,6 +22,8 @@ import torch
 from fastapi import FastAPI, HTTPException, Request, Response
 
 from ..version import __version__
+from ..alignment.links import parse_pharaoh, symmetrized, to_pharaoh
+from ..decoding.forced_alignment import BackwardAligner
 from ..decoding.markup import carry, parse
 from ..decoding.translator import Translation, Translator
 from ..errors import UserError
@@ -41,10 +43,11 @@ ERRORS = {code: {"model": ErrorBody, "description": text} for code, text in (
 
 
 def create_app(translator: Translator, settings: ServeSettings | None = None,
-               compiling: BackgroundCompile | None = None) -> FastAPI:
+               compiling: BackgroundCompile | None = None, backward: BackwardAligner | None = None) -> FastAPI:
     """The app serving ``translator``; its batcher (``app.state.batcher``) runs the model in one
     worker thread, started with the app (or by the first request) and drained when the app stops.
-    ``compiling``: the translator's compiled decoding under way, reported by ``/health``."""
+    ``compiling``: the translator's compiled decoding under way, reported by ``/health``; ``backward``:
+    a target->source model whose links symmetrize each best hypothesis's alignment (``symmetrize``)."""
     settings = settings or ServeSettings()
     limits = settings.limits
     run = partial(translate_batch, translator, settings, torch.get_num_threads())
@@ -84,7 +87,7 @@ def create_app(translator: Translator, settings: ServeSettings | None = None,
         parsed = parse_markup(body)
         sentences = body.sentences if parsed is None else [text for text, _ in parsed]
         finish = partial(response_bytes, settings=settings, alignments=body.alignments, attention=body.attention,
-                         confidence=body.confidence, markup=parsed, sources=body.sentences)
+                         confidence=body.confidence, markup=parsed, sources=body.sentences, backward=backward)
         try:
             future = batcher.submit(list(zip(sentences, prefixes, constraints)), decode_options(body, settings),
                                     finish)
@@ -186,9 +189,10 @@ def translate_batch(translator: Translator, settings: ServeSettings, threads: in
 
 def response_bytes(translations: list[Translation], settings: ServeSettings, alignments: bool,
                    attention: bool, confidence: bool = False, markup: list[tuple[str, list]] | None = None,
-                   sources: list[str] | None = None) -> bytes:
+                   sources: list[str] | None = None, backward: BackwardAligner | None = None) -> bytes:
     """One request's ``TranslateResponse`` as JSON (in the worker thread); with ``markup`` (each
-    sentence's plain text and elements) the tags carried across, and ``sources`` as sent."""
+    sentence's plain text and elements) the tags carried across, and ``sources`` as sent; with
+    ``backward`` the best hypotheses' alignments symmetrized (``symmetrize``)."""
     results = []
     for i, t in enumerate(translations):
         marked = None if markup is None else carry(t, *markup[i], settings.align, i)
@@ -196,7 +200,23 @@ def response_bytes(translations: list[Translation], settings: ServeSettings, ali
         if markup is not None and sources is not None:
             result["source"] = sources[i]
         results.append(result)
+    if alignments and backward is not None:
+        symmetrize(results, translations, backward)
     return json_bytes({"translations": results})
+
+
+def symmetrize(results: list[dict], translations: list[Translation], backward: BackwardAligner) -> None:
+    """Each result's alignment (the best hypothesis's) with its word links symmetrized with the backward
+    model's, the forward and backward links beside them, in one forced pass of the backward model."""
+    chosen = [i for i, (r, t) in enumerate(zip(results, translations))
+              if r.get("alignment") and t.source.strip() and t.text.strip()]
+    links = backward.backward_links([translations[i].source for i in chosen], [translations[i].text for i in chosen])
+    for result, back in zip((results[i] for i in chosen), links):
+        alignment = result["alignment"]
+        forward = parse_pharaoh(alignment["pharaoh_word"])[0]
+        alignment.update(symmetrize=backward.symmetrize, forward_pharaoh_word=alignment["pharaoh_word"],
+                         backward_pharaoh_word=to_pharaoh(back),
+                         pharaoh_word=to_pharaoh(symmetrized(forward, back, backward.symmetrize)))
 
 
 async def wait_for(future, request: Request, timeout: float) -> bytes:

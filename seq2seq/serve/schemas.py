@@ -52,11 +52,16 @@ class Alignment(BaseModel):
     src_words: list[str]
     tgt_words: list[str]
     word_matrix: list[list[float]] = Field(description="(target words, source words) attention, rows sum to ~1")
-    pharaoh_word: str = Field(description="hard links 'i-j' (source word i, target word j), 0-based")
+    pharaoh_word: str = Field(description="hard links 'i-j' (source word i, target word j), 0-based; with a "
+                                          "backward model (--backward-checkpoint) the symmetrized ones")
     pharaoh_subword: str
     layer_used: int | str
     heads: str | list[int]
     method: str
+    symmetrize: str | None = Field(None, description="with --backward-checkpoint: how the two directions were combined")
+    forward_pharaoh_word: str | None = Field(None, description="with --backward-checkpoint: this model's links")
+    backward_pharaoh_word: str | None = Field(None, description="with --backward-checkpoint: the backward model's "
+                                                                "links, in (source, target) order")
 
 
 class Attention(BaseModel):

@@ -13,6 +13,7 @@ import signal
 import socket
 import threading
 
+from ..decoding.forced_alignment import BackwardAligner
 from ..decoding.translator import Translator
 from ..errors import UserError
 from ..models.compiled import BackgroundCompile
@@ -43,9 +44,11 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def run_server(translator: Translator, settings: ServeSettings, host: str = "127.0.0.1", port: int = 8000,
-               quiet: bool = False, compiling: BackgroundCompile | None = None) -> None:
+               quiet: bool = False, compiling: BackgroundCompile | None = None,
+               backward: BackwardAligner | None = None) -> None:
     """Serve ``translator`` over HTTP until SIGINT / SIGTERM, then finish the requests in flight and
-    return. ``compiling``: its compiled decoding under way (``Translator.compile_in_background``)."""
+    return. ``compiling``: its compiled decoding under way (``Translator.compile_in_background``);
+    ``backward``: a target->source model that symmetrizes the alignments (``create_app``)."""
     import uvicorn
 
     sock = bind_socket(host, port)
@@ -53,7 +56,7 @@ def run_server(translator: Translator, settings: ServeSettings, host: str = "127
     if settings.api_key is None and not ipaddress.ip_address(address.split("%")[0]).is_loopback:
         log("warning", message=f"listening on {address} without an API key: anyone who can reach port {port} can use "
                                "the model; set --api-key (or the environment variable SEQ2SEQ_API_KEY)")
-    app = create_app(translator, settings, compiling)
+    app = create_app(translator, settings, compiling, backward)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning" if quiet else "info", access_log=not quiet,
                             timeout_graceful_shutdown=int(settings.limits.request_timeout) + 10, lifespan="on")
     server = uvicorn.Server(config)
