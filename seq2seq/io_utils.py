@@ -261,9 +261,10 @@ def read_parallel(source: str | Path, target: str | Path, source_flag: str = "--
     return sources, targets
 
 
-def iter_lines(path: str | Path | None, flag: str = "") -> Iterator[str]:
+def iter_lines(path: str | Path | None, flag: str = "", keep_ends: bool = False) -> Iterator[str]:
     """``read_lines`` one line at a time (constant memory), with the same decoding and errors; ``path``
-    None or "-" reads standard input (a line as soon as it arrives: ``seq2seq translate`` as a filter)."""
+    None or "-" reads standard input (a line as soon as it arrives: ``seq2seq translate`` as a filter).
+    ``keep_ends``: each line as written, its line ending included (the lines concatenate to the file)."""
     if path in (None, "-"):
         where, handle = f"{flag} standard input" if flag else "standard input", nullcontext(sys.stdin.buffer)
     else:
@@ -285,5 +286,8 @@ def iter_lines(path: str | Path | None, flag: str = "") -> Iterator[str]:
                 ) from None
             if number == 1:
                 line = line.removeprefix("\ufeff")
+            if keep_ends:
+                yield line
+                continue
             line = line.removesuffix("\n")
             yield line[:-1] if line.endswith("\r") else line

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..decoding.ensemble import EnsembleModel
 from ..decoding.forced_alignment import BackwardAligner
+from ..decoding.document import is_document, translate_document
 from ..decoding.markup import translate_markup
 from ..decoding.translator import Translation, Translator
 from ..config import AlignConfig, AttributionConfig, DecodeConfig
@@ -105,11 +106,20 @@ def translate_stream(job: TranslateJob) -> int:
     chunk_size = 1 if interactive else decode.batch * 16
     texts: list[str] = []  # kept only for --reference scoring
     done = 0
+    lines = iter_lines(job.input, "--input")
+    document = None
+    if job.markup == "html" and not interactive:  # a whole page, or lines with inline markup?
+        raw = list(iter_lines(job.input, "--input", keep_ends=True))
+        document = "".join(raw) if is_document("".join(raw[:50])) else None
+        lines = (line.removesuffix("\n").removesuffix("\r") for line in raw)
     with ExitStack() as stack:
         out = stack.enter_context(atomic_output(job.output))
+        if document is not None:
+            out.write(translate_document(translator, document, decode, job.align))
+            return document.count("\n")
         sink = (stack.enter_context(_alignment_sink(job, translator, contrasts, backward)) if job.need_attention
                 else None)
-        for chunk in chunks(iter_lines(job.input, "--input"), chunk_size):
+        for chunk in chunks(lines, chunk_size):
             _check_per_line(per_line, job.input, done + len(chunk), final=False)
             if job.markup:
                 texts_out = translate_markup(translator, chunk, job.markup, decode, job.align, first_line=done + 1)

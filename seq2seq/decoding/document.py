@@ -1,0 +1,270 @@
+"""Whole HTML documents (``translate --markup html`` on a page): the structure kept byte for byte, the
+text of every block translated sentence by sentence with its inline markup carried across.
+
+1. **Events**: the document is read with the standard library's HTML parser (entities left as
+   written), each tag, text run, comment and declaration with its exact source text, so that what is
+   not translated is written back unchanged.
+2. **Blocks**: a block element (anything not in ``INLINE``: ``p``, ``li``, ``td``, ``h1``, ``div``,
+   ``title``, ...), a comment or a declaration ends the text run before it; the runs between them
+   (text with inline elements) are the segments that are translated. Whitespace before and after a
+   segment is kept as it is; inside, the translation's words are separated by single spaces.
+3. **Left alone**: ``script``, ``style``, ``code``, ``pre``, ``textarea``, ``template`` and every
+   element with ``translate="no"`` (and all inside them). Inside a segment such an element is one
+   opaque piece carried across like an empty inline element (at the position of the words around
+   it), its text unchanged.
+4. **Sentences**: each segment's text is split into sentences (``sentencex``, a maintained rule-based
+   splitter for the source language), all sentences of the document are translated in batches, and
+   the segment's markup is carried across by the word links of its sentences, offset into the
+   segment (``markup.transfer``): a tag may span a sentence boundary.
+
+Why not a library for this: translation systems that keep HTML (Bergamot, CTranslate2's users) do this
+step themselves; an HTML parser and a sentence splitter are the libraries, this module is the glue
+that decides what is a segment.
+"""
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from typing import Sequence
+
+from ..errors import UserError
+from .markup import Element, VOID, WORD, parse, render, transfer, word_links
+
+#: elements that are part of a line of text; every other element starts or ends a block
+INLINE = frozenset({"a", "abbr", "b", "bdi", "bdo", "big", "br", "cite", "data", "del", "dfn", "em", "font", "i",
+                    "img", "ins", "kbd", "label", "mark", "q", "s", "samp", "small", "span", "strike", "strong",
+                    "sub", "sup", "time", "tt", "u", "var", "wbr"})
+#: elements whose content is never translated (with any element marked translate="no")
+KEEP = frozenset({"script", "style", "code", "pre", "textarea", "template"})
+#: the void element that stands for an opaque piece inside a segment while it is translated
+PLACEHOLDER = "seq2seq-keep"
+SPLITTER_MISSING = "translating HTML documents splits sentences with sentencex: pip install 'seq2seq[markup]'"
+
+
+def is_document(text: str) -> bool:
+    """Whether ``text`` is a whole HTML document (it starts with a doctype or an ``<html>`` element),
+    rather than lines of text with inline markup."""
+    return re.match(r"\s*(<!--.*?-->\s*)*<(!doctype\s+html|html[\s>])", text, re.IGNORECASE | re.DOTALL) is not None
+
+
+@dataclass
+class Event:
+    kind: str  # "start", "end", "startend", "text", "other" (comment, declaration, processing instruction)
+    raw: str
+    tag: str = ""
+    keep: bool = False  # a start tag whose element is left alone (KEEP or translate="no")
+
+
+class _Events(HTMLParser):
+    """The document as ``Event`` objects whose ``raw`` texts concatenate to the document."""
+
+    def __init__(self, document: str) -> None:
+        super().__init__(convert_charrefs=False)
+        self.document = document
+        starts = [0] + [m.end() for m in re.finditer("\n", document)]
+        self.line_starts = starts
+        self.events: list[Event] = []
+        self.marks: list[int] = []  # offset where each event starts
+
+    def _mark(self, kind: str, tag: str = "", keep: bool = False) -> None:
+        line, column = self.getpos()
+        self.marks.append(self.line_starts[line - 1] + column)
+        self.events.append(Event(kind, "", tag, keep))
+
+    def handle_starttag(self, tag: str, attrs) -> None:
+        keep = tag in KEEP or any(k == "translate" and (v or "").strip().lower() == "no" for k, v in attrs)
+        self._mark("startend" if tag in VOID else "start", tag, keep)
+
+    def handle_startendtag(self, tag: str, attrs) -> None:
+        self._mark("startend", tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        self._mark("end", tag)
+
+    def handle_data(self, data: str) -> None:
+        self._mark("text")
+
+    def handle_entityref(self, name: str) -> None:
+        self._mark("text")
+
+    def handle_charref(self, name: str) -> None:
+        self._mark("text")
+
+    def handle_comment(self, data: str) -> None:
+        self._mark("other")
+
+    def handle_decl(self, decl: str) -> None:
+        self._mark("other")
+
+    def handle_pi(self, data: str) -> None:
+        self._mark("other")
+
+    def unknown_decl(self, data: str) -> None:
+        self._mark("other")
+
+    def read(self) -> list[Event]:
+        self.feed(self.document)
+        self.close()
+        ends = self.marks[1:] + [len(self.document)]
+        for event, start, end in zip(self.events, self.marks, ends):
+            event.raw = self.document[start:end]
+        if self.marks and self.marks[0] > 0:  # text before the first event (never in practice)
+            self.events.insert(0, Event("other", self.document[:self.marks[0]]))
+        return self.events
+
+
+@dataclass
+class Segment:
+    """A run of text with inline markup: ``raw`` as written (opaque pieces replaced by placeholders,
+    ``kept`` holds them in order), and what translating it needs."""
+
+    raw: str
+    kept: list[str] = field(default_factory=list)
+    text: str = ""
+    elements: list[Element] = field(default_factory=list)
+    sentences: list[str] = field(default_factory=list)
+
+
+def split_document(document: str) -> list[str | Segment]:
+    """The document as verbatim pieces (str) and ``Segment`` objects to translate, in order; their raw
+    texts concatenate to the document (placeholders put back)."""
+    events = _Events(document).read()
+    out: list[str | Segment] = []
+    pieces: list[str] = []  # the open segment's raw text
+    kept: list[str] = []
+
+    def flush() -> None:
+        raw = "".join(pieces)
+        if raw:
+            text = WORD.search(html.unescape(re.sub(r"<[^>]*>", " ", raw)))
+            out.append(Segment(raw, list(kept)) if text else restore(raw, kept))
+        pieces.clear()
+        kept.clear()
+
+    index = 0
+    while index < len(events):
+        event = events[index]
+        if event.kind == "start" and event.keep:
+            end = _matching_end(events, index)
+            whole = "".join(e.raw for e in events[index:end])
+            if event.tag in INLINE or event.tag == "code":  # inline and opaque: one piece of the segment
+                pieces.append(f'<{PLACEHOLDER} n="{len(kept)}"/>')
+                kept.append(whole)
+            else:
+                flush()
+                out.append(whole)
+            index = end
+            continue
+        inline = event.kind == "text" or (event.kind in ("start", "end", "startend") and event.tag in INLINE)
+        if inline and (pieces or event.kind != "text" or event.raw.strip()):
+            pieces.append(event.raw)
+        else:
+            flush()
+            out.append(event.raw)
+        index += 1
+    flush()
+    return out
+
+
+def _matching_end(events: list[Event], start: int) -> int:
+    """The index after the end tag that closes the element started at ``start`` (the end of the
+    document if none does)."""
+    tag, depth = events[start].tag, 0
+    for index in range(start, len(events)):
+        event = events[index]
+        if event.kind == "start" and event.tag == tag:
+            depth += 1
+        elif event.kind == "end" and event.tag == tag:
+            depth -= 1
+            if depth == 0:
+                return index + 1
+    return len(events)
+
+
+PLACEHOLDERS = re.compile(f'<{PLACEHOLDER} n="(\\d+)"/>')
+
+
+def restore(raw: str, kept: Sequence[str], spacing: dict[int, tuple[bool, bool]] | None = None) -> str:
+    """``raw`` with each placeholder replaced by the opaque piece it stands for; with ``spacing``
+    (``spacing_of`` the source) a piece that had a space before or after it gets one there again."""
+    def piece(match: re.Match) -> str:
+        n = int(match.group(1))
+        before, after = (spacing or {}).get(n, (False, False))
+        text = kept[n]
+        if before and match.start() > 0 and not raw[match.start() - 1].isspace():
+            text = " " + text
+        if after and match.end() < len(raw) and not raw[match.end()].isspace():
+            text = text + " "
+        return text
+
+    return PLACEHOLDERS.sub(piece, raw)
+
+
+def spacing_of(raw: str) -> dict[int, tuple[bool, bool]]:
+    """Whether each placeholder of ``raw`` has whitespace right before and right after it."""
+    return {int(m.group(1)): (m.start() > 0 and raw[m.start() - 1].isspace(),
+                              m.end() < len(raw) and raw[m.end()].isspace()) for m in PLACEHOLDERS.finditer(raw)}
+
+
+def sentence_splitter(language: str):
+    """``split(text) -> list of sentences`` (concatenating to ``text``) for ``language``."""
+    try:
+        from sentencex import segment
+    except ImportError:
+        raise UserError(SPLITTER_MISSING) from None
+    return lambda text: list(segment(language, text))
+
+
+def sentences_of(text: str, split) -> list[str]:
+    """``text``'s sentences, each with its whitespace words intact; the whole text as one sentence when
+    the splitter cut inside a word."""
+    parts = [part.strip() for part in split(text) if part.strip()]
+    if sum(len(part.split()) for part in parts) != len(text.split()) or not parts:
+        return [" ".join(text.split())]
+    return parts
+
+
+def translate_document(translator, document: str, decode=None, align=None, language: str | None = None) -> str:
+    """``document`` (an HTML page) translated by ``translator`` (module docstring): its markup carried
+    across by the word links of ``align`` (an ``AlignConfig``; default as ``translate_markup``),
+    sentences split by the rules of ``language`` (default: the model's source language)."""
+    from ..config import AlignConfig
+
+    parts = split_document(document)
+    segments = [part for part in parts if isinstance(part, Segment)]
+    language = language or (translator.languages[0] if translator.languages else "en")
+    split = sentence_splitter(language)
+    for number, segment in enumerate(segments, start=1):
+        core = segment.raw.strip()
+        segment.text, segment.elements = parse(core, "html", f"document segment {number}")
+        segment.sentences = sentences_of(segment.text, split)
+    align = (align or AlignConfig()).for_model(translator.supervised_attention)
+    flat = [sentence for segment in segments for sentence in segment.sentences]
+    results = iter(translator.translate(flat, decode, need_attention=True))
+    translated = {}
+    for segment in segments:
+        translated[id(segment)] = _carry(segment, [next(results) for _ in segment.sentences], align)
+    return "".join(translated[id(part)] if isinstance(part, Segment) else part for part in parts)
+
+
+def _carry(segment: Segment, results: list, align) -> str:
+    """The segment's translation (its sentences' outputs joined) with its markup carried across by the
+    sentences' word links, offset into the segment; whitespace around the segment as it was."""
+    links: set[tuple[int, int]] = set()
+    words: list[str] = []
+    source_offset = 0
+    for index, (sentence, result) in enumerate(zip(segment.sentences, results)):
+        source, target = len(sentence.split()), result.text.split()
+        if target and source:
+            record = result.alignment_record(index, layer=align.layer, heads=align.heads, include_eos=False,
+                                             method=align.method, threshold=align.threshold)
+            own = word_links(record.pharaoh_word, source, len(target), len(record.src_words), len(record.tgt_words))
+            links |= {(i + source_offset, j + len(words)) for i, j in own}
+        source_offset += source
+        words += target
+    transfer(segment.elements, links, source_offset, len(words))
+    lead = segment.raw[: len(segment.raw) - len(segment.raw.lstrip())]
+    trail = segment.raw[len(segment.raw.rstrip()):]
+    return lead + restore(render(words, segment.elements), segment.kept, spacing_of(segment.raw)) + trail
