@@ -61,10 +61,10 @@ def check_backward(forward: Translator, backward: Translator, flag: str = "--bac
 
 
 class BackwardAligner:
-    """A target->source model that symmetrizes a forward model's word links: ``links(sources, targets,
-    forward_links)`` force-decodes each source given its target with the backward model, reads its
-    links with the same options (its own supervised layer and heads by default), transposes them and
-    combines them with the forward ones as ``symmetrize`` says (``SYMMETRIZATIONS``)."""
+    """A target->source model that symmetrizes a forward model's word links: ``backward_links(sources,
+    targets)`` force-decodes each source given its target with the backward model and reads its links
+    with the same options (its own supervised layer and heads by default), transposed to (source,
+    target); callers combine them with the forward ones as ``symmetrize`` says (``symmetrized``)."""
 
     def __init__(self, forward: Translator, backward: Translator, align: AlignConfig, symmetrize: str,
                  batch_size: int = 32, flag: str = "--backward-checkpoint") -> None:
@@ -80,9 +80,3 @@ class BackwardAligner:
         links = force_align(self.backward, targets, sources, self.layer, self.heads, self.method, self.threshold,
                             self.batch_size, names=("target", "source"))
         return [transpose_links(x) for x in links]
-
-    def links(self, sources: Sequence[str], targets: Sequence[str], forward: Sequence[set[Link]]
-              ) -> list[set[Link]]:
-        """The symmetrized (source, target) word links of each pair."""
-        backward = self.backward_links(sources, targets)
-        return [symmetrized(f, b, self.symmetrize) for f, b in zip(forward, backward)]
