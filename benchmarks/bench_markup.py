@@ -2,6 +2,7 @@
 
     python benchmarks/bench_markup.py --checkpoint RUN [RUN2 ...] --data-dir MULTI30K [--eflomal]
         [--gold examples/gold-alignments/multi30k-val-de-en.100.align] [--spans 3] [--seed 0]
+        [--align-method argmax grow ...]
 
 1. The gold pairs: the first lines of ``--gold-split`` (val), one Pharaoh line each (sure ``i-j``,
    possible ``i?j``; examples/gold-alignments/README.md).
@@ -29,7 +30,7 @@ from pathlib import Path
 from common import ROOT, add_multi30k_flags, provenance, write_record
 
 from seq2seq.alignment.links import read_gold_alignments, read_pharaoh_file
-from seq2seq.config import AlignConfig
+from seq2seq.config import LINK_METHODS, AlignConfig
 from seq2seq.decoding.markup import Element, render, transfer
 from seq2seq.io_utils import markdown_table, read_lines
 
@@ -91,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spans", type=int, default=3, help="random source spans per pair (default: 3)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eflomal", action="store_true", help="also place tags by eflomal's links")
+    parser.add_argument("--align-method", nargs="+", choices=LINK_METHODS, default=[AlignConfig.method],
+                        help=f"how links are read from each model's attention; several: one row each (default: "
+                             f"{AlignConfig.method})")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "markup.json")
     args = parser.parse_args(argv)
     count = len(read_lines(args.gold))
@@ -106,12 +110,14 @@ def main(argv: list[str] | None = None) -> int:
 
     for checkpoint in args.checkpoint:
         translator = Translator.from_checkpoint(checkpoint, device="cpu")
-        align = AlignConfig().for_model(translator.supervised_attention)
-        links = force_align(translator, sources, targets, align.layer, align.heads, align.method, align.threshold)
-        name = checkpoint.name if checkpoint.is_dir() else checkpoint.parent.name
-        results[name] = {**score(cases, links, sources, targets), "layer": str(align.layer),
-                         "heads": str(align.heads)}
-        print(f"{name}: {results[name]}", file=sys.stderr, flush=True)
+        for method in args.align_method:
+            align = AlignConfig(method=method, model_default=True).for_model(translator.supervised_attention)
+            links = force_align(translator, sources, targets, align.layer, align.heads, align.method, align.threshold)
+            name = checkpoint.name if checkpoint.is_dir() else checkpoint.parent.name
+            name += f" ({method})" if len(args.align_method) > 1 else ""
+            results[name] = {**score(cases, links, sources, targets), "layer": str(align.layer),
+                             "heads": str(align.heads), "method": method}
+            print(f"{name}: {results[name]}", file=sys.stderr, flush=True)
     record = {**provenance("markup"), "gold": str(args.gold.relative_to(ROOT) if args.gold.is_relative_to(ROOT)
                                                   else args.gold), "pairs": count, "spans_per_pair": args.spans,
               "seed": args.seed, "results": results}

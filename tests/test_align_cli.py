@@ -172,7 +172,7 @@ def gold_files(tmp_path) -> dict[str, Path]:
 def test_align_command_scores_and_writes_pharaoh(checkpoint, gold_files, tmp_path, capsys):
     links = tmp_path / "links.txt"
     argv = ["--checkpoint", str(checkpoint), "--source", str(gold_files["src"]), "--target",
-            str(gold_files["tgt"]), "--gold", str(gold_files["gold"]), "--json"]
+            str(gold_files["tgt"]), "--gold", str(gold_files["gold"]), "--json", "--align-method", "argmax"]
     assert align.main(argv + ["--output", str(links)]) == 0
     scores = json.loads(capsys.readouterr().out.splitlines()[-1])
     predicted, _ = read_pharaoh_file(links)  # parses back

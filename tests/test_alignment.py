@@ -228,7 +228,7 @@ def test_record_sums_eos_and_padding():
     np.testing.assert_allclose(rec.words.sum(-1), 1.0, rtol=1e-5)
     np.testing.assert_allclose(rec.word_attention().sum(-1), 1.0, rtol=1e-5)
     assert rec.words.shape == (4, 4)
-    plain = AlignmentRecord.build(0, "s", "t", SRC, TGT, padded)
+    plain = AlignmentRecord.build(0, "s", "t", SRC, TGT, padded, method="argmax")
     assert plain.subword.shape == (4, 4) and plain.words.shape == (3, 3)
     assert plain.word_attention().shape == (2, 3, 3, 3)
     assert "</s>" not in plain.src_words + plain.tgt_pieces
@@ -258,7 +258,7 @@ def _write_two(writer, rng):
 def test_writer_jsonl_and_npz(tmp_path):
     rng = np.random.default_rng(3)
     jsonl, npz = tmp_path / "out" / "align.jsonl", tmp_path / "out" / "align.npz"
-    with AlignmentWriter(jsonl, npz, heads=[0, 2]) as writer:
+    with AlignmentWriter(jsonl, npz, heads=[0, 2], method="argmax") as writer:
         _write_two(writer, rng)
     lines = [json.loads(line) for line in jsonl.read_text(encoding="utf-8").splitlines()]
     assert [r["index"] for r in lines] == [0, 7]

@@ -73,7 +73,7 @@ def test_aer_of_gold_equal_to_argmax_is_zero():
     rng = np.random.default_rng(0)
     words = [rng.dirichlet(np.ones(n), size=(2, 3, n + 1)) for n in (3, 5, 4)]  # (L, H, Tw, Sw)
     gold = [argmax_alignment(w[1, 2]) for w in words]
-    aer = head_aer(words, gold, gold)
+    aer = head_aer(words, gold, gold, method="argmax")
     assert aer[1, 2] == 0.0
     assert aer.shape == (2, 3) and (aer >= 0).all()
 
@@ -171,7 +171,8 @@ def analyze_args(checkpoints, out: Path, *extra: str) -> list[str]:
 def test_report_end_to_end(runs, corpus, tmp_path):
     out = tmp_path / "report"
     args = analyze_args([runs["rnn"], runs["transformer"]], out, "--input", str(corpus["input"]), "--reference",
-                        str(corpus["reference"]), "--gold-alignments", str(corpus["gold"]), "--names", "rnn", "tf")
+                        str(corpus["reference"]), "--gold-alignments", str(corpus["gold"]), "--names", "rnn", "tf",
+                        "--align-method", "argmax")
     assert main(args) == 0
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     markdown = (out / "report.md").read_text(encoding="utf-8")

@@ -27,9 +27,11 @@ class AlignConfig:
     heads: Literal["mean"] | list[int] = option("mean", "'mean' (average all heads) or the head indices to "
                                                         "average")
     method: Literal[LINK_METHODS] = option(
-        "argmax", "hard links: argmax = one source word per target word; threshold = every source word with "
-                  "at least `threshold` of the (renormalized) row; soft = every link with at least `threshold` "
-                  "of its row and of its column; grow = grow-diag-final-and of the row and the column argmax")
+        "grow", "hard links (grow aligned best on the val gold, for plain and guided attention alike: "
+                "docs/guides/alignments.md): argmax = one source word per target word; threshold = every "
+                "source word with at least `threshold` of the (renormalized) row; soft = every link with at "
+                "least `threshold` of its row and of its column; grow = grow-diag-final-and of the row and the "
+                "column argmax")
     threshold: float = option(0.3, "share of a row (and, for soft, of a column) for methods threshold and soft, "
                                    "in (0, 1]")
     include_eos: bool = option(False, "keep the source EOS column and target EOS row in matrices and links")
