@@ -17,9 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    Field, NonNegativeFloat, NonNegativeInt, TypeAdapter, ValidationError,
-)
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, TypeAdapter, ValidationError
 
 from ..errors import UserError
 from .align import (  # noqa: F401  (re-exported: ``from seq2seq.config import AlignConfig`` everywhere)
