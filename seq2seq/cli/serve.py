@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from ..config import DEFAULT_BEAM_SIZE, SYMMETRIZATIONS, DecodeConfig
+from ..config import DEFAULT_BEAM_SIZE, MODEL_SYMMETRIZATION, SYMMETRIZATIONS, DecodeConfig
 from ..errors import UserError
 from .common import (
     add_alignment_flags, add_dataclass_flags, add_device_flag, align_config, parser_for, run_cli,
@@ -73,9 +73,9 @@ def parse_args(argv: list[str] | None):
     a.add_argument("--backward-checkpoint", metavar="CHECKPOINT",
                    help="a target->source model: each alignment's word links (pharaoh_word) become the forward "
                         "model's symmetrized with this model's links of the same pair (--symmetrize)")
-    a.add_argument("--symmetrize", choices=SYMMETRIZATIONS, default="grow-diag-final-and",
+    a.add_argument("--symmetrize", choices=SYMMETRIZATIONS, default=MODEL_SYMMETRIZATION,
                    help="how --backward-checkpoint's links and the forward links are combined "
-                        "(default: grow-diag-final-and)")
+                        f"(default: {MODEL_SYMMETRIZATION})")
     p.add_argument("--quiet", action="store_true", help="log warnings only (no request log)")
     return p.parse_args(argv)
 

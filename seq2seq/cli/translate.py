@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from ..config import SYMMETRIZATIONS, AttributionConfig, check_decoding
+from ..config import MODEL_SYMMETRIZATION, SYMMETRIZATIONS, AttributionConfig, check_decoding
 from ..errors import UserError
 from .common import (
     add_alignment_flags, add_decode_flags, add_device_flag, align_config, decode_config, parser_for, run_cli,
@@ -98,9 +98,9 @@ def parse_args(argv: list[str] | None):
     a.add_argument("--backward-checkpoint", metavar="CHECKPOINT",
                    help="a target->source model: the exported word links (pharaoh_word) become the forward "
                         "model's symmetrized with this model's links of the same pair (--symmetrize)")
-    a.add_argument("--symmetrize", choices=SYMMETRIZATIONS, default="grow-diag-final-and",
+    a.add_argument("--symmetrize", choices=SYMMETRIZATIONS, default=MODEL_SYMMETRIZATION,
                    help="how --backward-checkpoint's links and the forward links are combined "
-                        "(default: grow-diag-final-and)")
+                        f"(default: {MODEL_SYMMETRIZATION})")
     a.add_argument("--attribution", nargs="+", metavar="METHOD", choices=ATTRIBUTION_METHODS,
                    help="also compute attribution matrices (one or more of " + " | ".join(ATTRIBUTION_METHODS) +
                         "; grad-attention reads --align-layer / --align-heads; lime and kernel-shap need "

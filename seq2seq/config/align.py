@@ -117,3 +117,7 @@ class AttributionConfig:
 
 #: How two directions' links are combined (``alignment.links.symmetrized``): wordalign, align, translate.
 SYMMETRIZATIONS = ("grow-diag-final-and", "grow-diag-final", "intersection", "forward", "backward")
+#: How two translation models' links are combined by default (``translate`` / ``serve``
+#: ``--backward-checkpoint``, ``align --symmetrize``): the best rule with grow links on the val gold
+#: (docs/guides/alignments.md; eflomal's two directions keep grow-diag-final-and)
+MODEL_SYMMETRIZATION = "intersection"

@@ -31,7 +31,7 @@ from ..alignment.links import AlignmentScores, alignment_error_rate, read_gold_a
 from ..alignment.matrices import Link, check_layer_heads
 from ..decoding.forced_alignment import BackwardAligner, force_align
 from ..decoding.translator import Translator
-from ..config import AlignConfig
+from ..config import MODEL_SYMMETRIZATION, AlignConfig
 from ..errors import UserError
 from ..io_utils import atomic_output, markdown_table, read_parallel
 
@@ -73,11 +73,11 @@ def evaluate(job: AlignJob) -> dict[str, AlignmentScores]:
                                       names=(f"--source {job.source}", f"--target {job.target}"))}
     if job.backward_checkpoint:
         backward = Translator.from_checkpoint(job.backward_checkpoint, device=job.device)
-        aligner = BackwardAligner(forward, backward, job.align, "intersection", job.batch_size)
+        aligner = BackwardAligner(forward, backward, job.align, MODEL_SYMMETRIZATION, job.batch_size)
         systems["backward"] = aligner.backward_links(sources, targets)
         for rule in ("intersection", "grow-diag-final", "grow-diag-final-and"):
             systems[rule] = [symmetrized(f, b, rule) for f, b in zip(systems["forward"], systems["backward"])]
-    chosen = job.symmetrize or ("intersection" if job.backward_checkpoint else "forward")
+    chosen = job.symmetrize or (MODEL_SYMMETRIZATION if job.backward_checkpoint else "forward")
     if chosen not in systems:
         raise UserError(f"--symmetrize {chosen} needs --backward-checkpoint (a target->source model)")
     scores = {name: alignment_error_rate(links, sure, possible) for name, links in systems.items()}
