@@ -15,8 +15,8 @@ import typing
 from typing import Any, Callable, Literal, TypeVar, get_type_hints
 
 from ..config import (
-    ARCH_DEFAULTS, DEFAULT_BEAM_SIZE, FINE_TUNABLE, LINK_METHODS, PRESETS, SECTIONS, AlignConfig, DecodeConfig,
-    RunConfig,
+    ARCH_DEFAULTS, DEFAULT_BEAM_SIZE, FINE_TUNABLE, LINK_METHODS, MODEL_SYMMETRIZATION, PRESETS, SECTIONS,
+    SYMMETRIZATIONS, AlignConfig, DecodeConfig, RunConfig,
     load_config_file, merge_layers, preset,
 )
 from ..errors import OutputError, UserError
@@ -267,6 +267,17 @@ def add_alignment_flags(parser: argparse._ActionsContainer, include_eos: bool = 
         parser.add_argument("--include-eos", action="store_true", default=default.include_eos,
                             help="keep the source EOS column and target EOS row in matrices and links "
                                  "(default: dropped, so EOS never appears as an alignment point)")
+
+
+def add_backward_flags(parser: argparse._ActionsContainer) -> None:
+    """``--backward-checkpoint`` and ``--symmetrize``: a target->source model whose links symmetrize the
+    exported ones (``translate``, ``serve``; ``decoding.forced_alignment.BackwardAligner``)."""
+    parser.add_argument("--backward-checkpoint", metavar="CHECKPOINT",
+                        help="a target->source model: the exported word links (pharaoh_word) become the forward "
+                             "model's symmetrized with this model's links of the same pair (--symmetrize)")
+    parser.add_argument("--symmetrize", choices=SYMMETRIZATIONS, default=MODEL_SYMMETRIZATION,
+                        help="how --backward-checkpoint's links and the forward links are combined "
+                             f"(default: {MODEL_SYMMETRIZATION})")
 
 
 class _ChosenAttention(argparse._StoreAction):

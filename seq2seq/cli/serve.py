@@ -14,10 +14,10 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from ..config import DEFAULT_BEAM_SIZE, MODEL_SYMMETRIZATION, SYMMETRIZATIONS, DecodeConfig
+from ..config import DEFAULT_BEAM_SIZE, DecodeConfig
 from ..errors import UserError
 from .common import (
-    add_alignment_flags, add_dataclass_flags, add_device_flag, align_config, parser_for, run_cli,
+    add_alignment_flags, add_backward_flags, add_dataclass_flags, add_device_flag, align_config, parser_for, run_cli,
 )
 
 API_KEY_ENV = "SEQ2SEQ_API_KEY"
@@ -70,12 +70,7 @@ def parse_args(argv: list[str] | None):
     add_dataclass_flags(p.add_argument_group("batching and limits"), Limits)
     a = p.add_argument_group("alignments", 'How attention becomes the alignments of requests with "alignments": true.')
     add_alignment_flags(a, include_eos=True)
-    a.add_argument("--backward-checkpoint", metavar="CHECKPOINT",
-                   help="a target->source model: each alignment's word links (pharaoh_word) become the forward "
-                        "model's symmetrized with this model's links of the same pair (--symmetrize)")
-    a.add_argument("--symmetrize", choices=SYMMETRIZATIONS, default=MODEL_SYMMETRIZATION,
-                   help="how --backward-checkpoint's links and the forward links are combined "
-                        f"(default: {MODEL_SYMMETRIZATION})")
+    add_backward_flags(a)
     p.add_argument("--quiet", action="store_true", help="log warnings only (no request log)")
     return p.parse_args(argv)
 

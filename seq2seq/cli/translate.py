@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from ..config import MODEL_SYMMETRIZATION, SYMMETRIZATIONS, AttributionConfig, check_decoding
+from ..config import AttributionConfig, check_decoding
 from ..errors import UserError
 from .common import (
-    add_alignment_flags, add_decode_flags, add_device_flag, align_config, decode_config, parser_for, run_cli,
+    add_alignment_flags, add_backward_flags, add_decode_flags, add_device_flag, align_config, decode_config, parser_for,
+    run_cli,
 )
 
 if TYPE_CHECKING:
@@ -95,12 +96,7 @@ def parse_args(argv: list[str] | None):
                    help="plot at most this many sentences into --plot-dir, with a message when it cuts "
                         "(default: 100)")
     add_alignment_flags(a, include_eos=True)
-    a.add_argument("--backward-checkpoint", metavar="CHECKPOINT",
-                   help="a target->source model: the exported word links (pharaoh_word) become the forward "
-                        "model's symmetrized with this model's links of the same pair (--symmetrize)")
-    a.add_argument("--symmetrize", choices=SYMMETRIZATIONS, default=MODEL_SYMMETRIZATION,
-                   help="how --backward-checkpoint's links and the forward links are combined "
-                        f"(default: {MODEL_SYMMETRIZATION})")
+    add_backward_flags(a)
     a.add_argument("--attribution", nargs="+", metavar="METHOD", choices=ATTRIBUTION_METHODS,
                    help="also compute attribution matrices (one or more of " + " | ".join(ATTRIBUTION_METHODS) +
                         "; grad-attention reads --align-layer / --align-heads; lime and kernel-shap need "
