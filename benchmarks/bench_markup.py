@@ -2,7 +2,7 @@
 
     python benchmarks/bench_markup.py --checkpoint RUN [RUN2 ...] --data-dir MULTI30K [--eflomal]
         [--gold examples/gold-alignments/multi30k-val-de-en.100.align] [--spans 3] [--seed 0]
-        [--align-method argmax grow ...]
+        [--align-method argmax grow ...] [--backward-checkpoint RUN_EN_DE [--symmetrize RULE ...]]
 
 1. The gold pairs: the first lines of ``--gold-split`` (val), one Pharaoh line each (sure ``i-j``,
    possible ``i?j``; examples/gold-alignments/README.md).
@@ -30,7 +30,7 @@ from pathlib import Path
 from common import ROOT, add_multi30k_flags, provenance, write_record
 
 from seq2seq.alignment.links import read_gold_alignments, read_pharaoh_file
-from seq2seq.config import LINK_METHODS, AlignConfig
+from seq2seq.config import LINK_METHODS, MODEL_SYMMETRIZATION, SYMMETRIZATIONS, AlignConfig
 from seq2seq.decoding.markup import Element, render, transfer
 from seq2seq.io_utils import markdown_table, read_lines
 
@@ -95,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--align-method", nargs="+", choices=LINK_METHODS, default=[AlignConfig.method],
                         help=f"how links are read from each model's attention; several: one row each (default: "
                              f"{AlignConfig.method})")
+    parser.add_argument("--backward-checkpoint", type=Path, help="a target->source model: also place tags by each "
+                        "model's links symmetrized with its links (--symmetrize)")
+    parser.add_argument("--symmetrize", nargs="+", choices=SYMMETRIZATIONS, default=[MODEL_SYMMETRIZATION],
+                        help=f"rules for --backward-checkpoint, one row each (default: {MODEL_SYMMETRIZATION})")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "markup.json")
     args = parser.parse_args(argv)
     count = len(read_lines(args.gold))
@@ -106,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.eflomal:
         results["eflomal"] = score(cases, eflomal_links(args, sources, targets), sources, targets)
     from seq2seq.decoding.translator import Translator
-    from seq2seq.decoding.forced_alignment import force_align
+    from seq2seq.alignment.links import symmetrized
+    from seq2seq.decoding.forced_alignment import BackwardAligner, force_align
 
     for checkpoint in args.checkpoint:
         translator = Translator.from_checkpoint(checkpoint, device="cpu")
@@ -118,6 +123,16 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = {**score(cases, links, sources, targets), "layer": str(align.layer),
                              "heads": str(align.heads), "method": method}
             print(f"{name}: {results[name]}", file=sys.stderr, flush=True)
+            if args.backward_checkpoint:
+                backward = BackwardAligner(translator, Translator.from_checkpoint(args.backward_checkpoint,
+                                                                                  device="cpu"),
+                                           AlignConfig(method=method, model_default=True), MODEL_SYMMETRIZATION)
+                back = backward.backward_links(sources, targets)
+                for rule in args.symmetrize:
+                    both = [symmetrized(f, b, rule) for f, b in zip(links, back)]
+                    results[f"{name} + backward, {rule}"] = {**score(cases, both, sources, targets), "method": method,
+                                                             "symmetrize": rule}
+                    print(f"{name} + backward, {rule}: {results[f'{name} + backward, {rule}']}", file=sys.stderr)
     record = {**provenance("markup"), "gold": str(args.gold.relative_to(ROOT) if args.gold.is_relative_to(ROOT)
                                                   else args.gold), "pairs": count, "spans_per_pair": args.spans,
               "seed": args.seed, "results": results}

@@ -10,10 +10,12 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from seq2seq.cli.translate import main as translate_main
-from seq2seq.decoding.markup import parse, render, transfer, translate_markup
+from seq2seq.config import AlignConfig
+from seq2seq.decoding.forced_alignment import BackwardAligner
+from seq2seq.decoding.markup import parse, render, sentence_links, transfer, translate_markup
 from seq2seq.decoding.translator import Translator
 from seq2seq.errors import UserError
-from test_align_cli import checkpoint  # noqa: F401  (the tiny trained checkpoint, built once per run)
+from test_align_cli import checkpoint, reversed_checkpoint  # noqa: F401  (the tiny trained checkpoint)
 
 TAG = re.compile(r"<[^>]*>")
 
@@ -133,6 +135,29 @@ def test_translate_with_markup_translates_the_text_as_without_tags(checkpoint, t
     assert translate_main(["--checkpoint", str(checkpoint), "--input", str(source), "--markup", "html",
                            "--n-best", "2", "--device", "cpu"]) == 2
     assert "does not combine with --n-best" in capsys.readouterr().err
+
+
+def test_a_backward_model_places_the_tags_by_the_symmetrized_links(checkpoint, tmp_path):  # noqa: F811
+    """The forward rule with a backward model is the forward model alone; intersection places every tag by
+    the links both models agree on (checked against the library's symmetrization)."""
+    translator = Translator.from_checkpoint(checkpoint, device="cpu")
+    backward = Translator.from_checkpoint(reversed_checkpoint(checkpoint, tmp_path / "backward.pt"), device="cpu")
+    lines = ["<b>twenty-one</b> and <i>three</i> hundred", "seven <u>thousand and</u> twelve", ""]
+    alone = translate_markup(translator, lines, "html")
+    forward = BackwardAligner(translator, backward, AlignConfig(model_default=True), "forward")
+    assert translate_markup(translator, lines, "html", backward=forward) == alone
+    both = BackwardAligner(translator, backward, AlignConfig(model_default=True), "intersection")
+    out = translate_markup(translator, lines, "html", backward=both)
+    plain = translator.translate([TAG.sub("", line) for line in lines])
+    align = AlignConfig(model_default=True).for_model(translator.supervised_attention)
+    for k in (0, 1):
+        text, elements = parse(lines[k], "html")
+        own = sentence_links(plain[k], text, align, k)
+        back = both.backward_links([text], [plain[k].text])[0]
+        transfer(elements, own & back, len(text.split()), len(plain[k].text.split()))
+        assert out[k] == render(plain[k].text.split(), elements)
+        well_formed(out[k])
+    assert out[2] == ""
 
 
 def test_the_markup_benchmark_scores_placement_against_gold_links(checkpoint, tmp_path):  # noqa: F811

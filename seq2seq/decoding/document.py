@@ -30,7 +30,7 @@ from html.parser import HTMLParser
 from typing import Sequence
 
 from ..errors import UserError
-from .markup import Element, VOID, WORD, parse, render, transfer, word_links
+from .markup import VOID, WORD, Element, parse, render, sentence_links, symmetrize_links, transfer
 
 #: elements that are part of a line of text; every other element starts or ends a block
 INLINE = frozenset({"a", "abbr", "b", "bdi", "bdo", "big", "br", "cite", "data", "del", "dfn", "em", "font", "i",
@@ -226,10 +226,12 @@ def sentences_of(text: str, split) -> list[str]:
     return parts
 
 
-def translate_document(translator, document: str, decode=None, align=None, language: str | None = None) -> str:
+def translate_document(translator, document: str, decode=None, align=None, language: str | None = None,
+                       backward=None) -> str:
     """``document`` (an HTML page) translated by ``translator`` (module docstring): its markup carried
-    across by the word links of ``align`` (an ``AlignConfig``; default as ``translate_markup``),
-    sentences split by the rules of ``language`` (default: the model's source language)."""
+    across by the word links of ``align`` (an ``AlignConfig``; default as ``translate_markup``; with
+    ``backward``, a ``BackwardAligner``, symmetrized), sentences split by the rules of ``language``
+    (default: the model's source language)."""
     from ..config import AlignConfig
 
     parts = split_document(document)
@@ -242,28 +244,28 @@ def translate_document(translator, document: str, decode=None, align=None, langu
         segment.sentences = sentences_of(segment.text, split)
     align = (align or AlignConfig()).for_model(translator.supervised_attention)
     flat = [sentence for segment in segments for sentence in segment.sentences]
-    results = iter(translator.translate(flat, decode, need_attention=True))
-    translated = {}
+    results = translator.translate(flat, decode, need_attention=True)
+    links = [sentence_links(result, sentence, align, k) for k, (sentence, result) in enumerate(zip(flat, results))]
+    if backward is not None:
+        links = symmetrize_links(links, flat, [result.text for result in results], backward)
+    translated, start = {}, 0
     for segment in segments:
-        translated[id(segment)] = _carry(segment, [next(results) for _ in segment.sentences], align)
+        end = start + len(segment.sentences)
+        translated[id(segment)] = _carry(segment, results[start:end], links[start:end])
+        start = end
     return "".join(translated[id(part)] if isinstance(part, Segment) else part for part in parts)
 
 
-def _carry(segment: Segment, results: list, align) -> str:
+def _carry(segment: Segment, results: list, own_links: list[set]) -> str:
     """The segment's translation (its sentences' outputs joined) with its markup carried across by the
     sentences' word links, offset into the segment; whitespace around the segment as it was."""
     links: set[tuple[int, int]] = set()
     words: list[str] = []
     source_offset = 0
-    for index, (sentence, result) in enumerate(zip(segment.sentences, results)):
-        source, target = len(sentence.split()), result.text.split()
-        if target and source:
-            record = result.alignment_record(index, layer=align.layer, heads=align.heads, include_eos=False,
-                                             method=align.method, threshold=align.threshold)
-            own = word_links(record.pharaoh_word, source, len(target), len(record.src_words), len(record.tgt_words))
-            links |= {(i + source_offset, j + len(words)) for i, j in own}
-        source_offset += source
-        words += target
+    for sentence, result, own in zip(segment.sentences, results, own_links):
+        links |= {(i + source_offset, j + len(words)) for i, j in own}
+        source_offset += len(sentence.split())
+        words += result.text.split()
     transfer(segment.elements, links, source_offset, len(words))
     lead = segment.raw[: len(segment.raw) - len(segment.raw.lstrip())]
     trail = segment.raw[len(segment.raw.rstrip()):]

@@ -232,29 +232,60 @@ def word_links(pharaoh: str, n_source: int, n_target: int, record_source: int, r
 
 
 def translate_markup(translator, lines: Sequence[str], mode: str, decode=None, align=None,
-                     first_line: int = 1) -> list[str]:
+                     first_line: int = 1, backward=None) -> list[str]:
     """Translate ``lines`` of text with inline markup (``mode`` "xml" or "html") with ``translator``
     (a ``Translator``; ``decode`` a ``DecodeConfig``), each element carried across by the word links
     of ``align`` (an ``AlignConfig``; default: the model's supervised heads where it was trained
-    with guided alignment, else ``seq2seq translate``'s default layer). Errors name the line."""
+    with guided alignment, else ``seq2seq translate``'s default layer), symmetrized with a target->source
+    model's where ``backward`` (a ``BackwardAligner``) is given. Errors name the line."""
     from ..config import AlignConfig
 
     parsed = [parse(line, mode, f"input line {first_line + k}") for k, line in enumerate(lines)]
     align = (align or AlignConfig()).for_model(translator.supervised_attention)
     results = translator.translate([text for text, _ in parsed], decode, need_attention=True, first_line=first_line)
-    return [carry(result, text, elements, align, k)
-            for k, ((text, elements), result) in enumerate(zip(parsed, results))]
+    marked = [k for k, (_, elements) in enumerate(parsed) if elements]  # lines without tags need no links
+    links: list[set] = [set() for _ in parsed]
+    for k in marked:
+        links[k] = sentence_links(results[k], parsed[k][0], align, k)
+    if backward is not None and marked:
+        both = symmetrize_links([links[k] for k in marked], [parsed[k][0] for k in marked],
+                                [results[k].text for k in marked], backward)
+        for k, own in zip(marked, both):
+            links[k] = own
+    return [carry(result, text, elements, align, k, own)
+            for k, ((text, elements), result, own) in enumerate(zip(parsed, results, links))]
 
 
-def carry(result, text: str, elements: list[Element], align, index: int = 0) -> str:
+def sentence_links(result, text: str, align, index: int = 0) -> set[tuple[int, int]]:
+    """The word links of ``result`` (a ``Translation`` of ``text`` with its attention) read as ``align``
+    says, over the whitespace words of ``text`` and of the translation."""
+    words, sources = result.text.split(), len(text.split())
+    if not words or not sources or result.attention is None:
+        return set()
+    record = result.alignment_record(index, layer=align.layer, heads=align.heads, include_eos=False,
+                                     method=align.method, threshold=align.threshold)
+    return word_links(record.pharaoh_word, sources, len(words), len(record.src_words), len(record.tgt_words))
+
+
+def symmetrize_links(links: list[set], sources: Sequence[str], targets: Sequence[str], backward) -> list[set]:
+    """Each pair's forward ``links`` symmetrized with ``backward``'s (a ``BackwardAligner``) links of the
+    pair, as its ``symmetrize`` says; pairs with an empty side keep theirs."""
+    from ..alignment.links import symmetrized
+
+    chosen = [k for k, (s, t) in enumerate(zip(sources, targets)) if s.strip() and t.strip()]
+    back = backward.backward_links([sources[k] for k in chosen], [targets[k] for k in chosen])
+    out = list(links)
+    for k, b in zip(chosen, back):
+        out[k] = symmetrized(links[k], b, backward.symmetrize)
+    return out
+
+
+def carry(result, text: str, elements: list[Element], align, index: int = 0,
+          links: set[tuple[int, int]] | None = None) -> str:
     """``result`` (a ``Translation`` of ``text`` with its attention) with ``elements`` (``parse``)
-    carried across by the word links of ``align`` (an ``AlignConfig``)."""
+    carried across by the word links of ``align`` (an ``AlignConfig``), or by ``links`` when given."""
     words = result.text.split()
-    links: set[tuple[int, int]] = set()
-    sources = len(text.split())
-    if elements and words:
-        record = result.alignment_record(index, layer=align.layer, heads=align.heads, include_eos=False,
-                                         method=align.method, threshold=align.threshold)
-        links = word_links(record.pharaoh_word, sources, len(words), len(record.src_words), len(record.tgt_words))
-    transfer(elements, links, sources, len(words))
+    if links is None:
+        links = sentence_links(result, text, align, index) if elements else set()
+    transfer(elements, links, len(text.split()), len(words))
     return render(words, elements)

@@ -115,14 +115,15 @@ def translate_stream(job: TranslateJob) -> int:
     with ExitStack() as stack:
         out = stack.enter_context(atomic_output(job.output))
         if document is not None:
-            out.write(translate_document(translator, document, decode, job.align))
+            out.write(translate_document(translator, document, decode, job.align, backward=backward))
             return document.count("\n")
         sink = (stack.enter_context(_alignment_sink(job, translator, contrasts, backward)) if job.need_attention
                 else None)
         for chunk in chunks(lines, chunk_size):
             _check_per_line(per_line, job.input, done + len(chunk), final=False)
             if job.markup:
-                texts_out = translate_markup(translator, chunk, job.markup, decode, job.align, first_line=done + 1)
+                texts_out = translate_markup(translator, chunk, job.markup, decode, job.align, first_line=done + 1,
+                                             backward=backward)
                 out.write("".join(text + "\n" for text in texts_out))
                 done += len(chunk)
                 continue
@@ -166,9 +167,9 @@ def _backward_aligner(job: TranslateJob, translator: Translator) -> BackwardAlig
     """--backward-checkpoint's model, checked against the forward one, or None."""
     if not job.backward_checkpoint:
         return None
-    if not job.need_attention:
-        raise UserError("--backward-checkpoint symmetrizes the exported word links: give --alignments, --html or "
-                        "--plot-dir too")
+    if not job.need_attention and not job.markup:
+        raise UserError("--backward-checkpoint symmetrizes the word links of --alignments, --html, --plot-dir or "
+                        "--markup: give one of them too")
     backward = Translator.from_checkpoint(job.backward_checkpoint, device=job.device)
     return BackwardAligner(translator, backward, job.align, job.symmetrize, batch_size=job.decode.batch)
 
@@ -179,8 +180,7 @@ def _check_markup(job: TranslateJob) -> None:
         return
     others = {"--n-best": job.decode.n_best > 1, "--output-format jsonl": job.output_format == "jsonl",
               "--alignments": job.alignments, "--plot-dir": job.plot_dir, "--html": job.html,
-              "--reference": job.reference, "--prefix": job.prefix, "--constraints": job.constraints,
-              "--backward-checkpoint": job.backward_checkpoint}
+              "--reference": job.reference, "--prefix": job.prefix, "--constraints": job.constraints}
     clash = [flag for flag, given in others.items() if given]
     if clash:
         raise UserError(f"--markup writes one marked-up translation per input line; it does not combine with "
