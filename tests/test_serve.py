@@ -30,6 +30,7 @@ from seq2seq.alignment.links import parse_pharaoh, to_pharaoh  # noqa: E402
 from seq2seq.cli import serve as serve_cli  # noqa: E402
 from seq2seq.config import AlignConfig  # noqa: E402
 from seq2seq.decoding.forced_alignment import BackwardAligner  # noqa: E402
+from seq2seq.decoding.markup import translate_markup  # noqa: E402
 from seq2seq.decoding.translator import Translator  # noqa: E402
 from seq2seq.errors import UserError  # noqa: E402
 from seq2seq.models import compiled  # noqa: E402
@@ -160,6 +161,10 @@ def test_a_backward_model_symmetrizes_the_alignments_as_translate_does(translato
         assert alignment["pharaoh_word"] == to_pharaoh(forward & back) and alignment["symmetrize"] == "intersection"
         assert all("symmetrize" not in a["alignment"] for a in results[i]["alternatives"])  # the best one only
     assert results[2]["alignment"] is None
+    lines = ["<b>twenty-one</b> and <i>three</i> hundred", "seven <u>thousand and</u> twelve"]
+    with TestClient(create_app(translator, ServeSettings(), backward=aligner)) as client:
+        marked = client.post("/translate", json={"sentences": lines, "markup": "html"}).json()["translations"]
+    assert [r["markup"] for r in marked] == translate_markup(translator, lines, "html", backward=aligner)
 
 
 def test_unset_options_are_the_servers_defaults_and_outputs_come_without_matrices(translator):

@@ -24,7 +24,7 @@ from fastapi import FastAPI, HTTPException, Request, Response
 from ..version import __version__
 from ..alignment.links import parse_pharaoh, symmetrized, to_pharaoh
 from ..decoding.forced_alignment import BackwardAligner
-from ..decoding.markup import carry, parse
+from ..decoding.markup import carry, parse, sentence_links, symmetrize_links
 from ..decoding.translator import Translation, Translator
 from ..errors import UserError
 from ..models.compiled import BackgroundCompile
@@ -194,8 +194,13 @@ def response_bytes(translations: list[Translation], settings: ServeSettings, ali
     sentence's plain text and elements) the tags carried across, and ``sources`` as sent; with
     ``backward`` the best hypotheses' alignments symmetrized (``symmetrize``)."""
     results = []
+    links = None  # with markup and a backward model: each sentence's symmetrized links place its tags
+    if markup is not None and backward is not None:
+        own = [sentence_links(t, text, settings.align, i) for i, (t, (text, _)) in enumerate(zip(translations, markup))]
+        links = symmetrize_links(own, [text for text, _ in markup], [t.text for t in translations], backward)
     for i, t in enumerate(translations):
-        marked = None if markup is None else carry(t, *markup[i], settings.align, i)
+        own = None if links is None else links[i]
+        marked = None if markup is None else carry(t, *markup[i], settings.align, i, own)
         result = sentence_json(t, i, settings, alignments, attention, confidence, marked)
         if markup is not None and sources is not None:
             result["source"] = sources[i]
