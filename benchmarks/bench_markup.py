@@ -30,7 +30,7 @@ from pathlib import Path
 from common import ROOT, add_multi30k_flags, provenance, write_record
 
 from seq2seq.alignment.links import read_gold_alignments, read_pharaoh_file
-from seq2seq.config import LINK_METHODS, MODEL_SYMMETRIZATION, SYMMETRIZATIONS, AlignConfig
+from seq2seq.config import LINK_METHODS, MARKUP_SYMMETRIZATION, SYMMETRIZATIONS, AlignConfig
 from seq2seq.decoding.markup import Element, render, transfer
 from seq2seq.io_utils import markdown_table, read_lines
 
@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
                              f"{AlignConfig.method})")
     parser.add_argument("--backward-checkpoint", type=Path, help="a target->source model: also place tags by each "
                         "model's links symmetrized with its links (--symmetrize)")
-    parser.add_argument("--symmetrize", nargs="+", choices=SYMMETRIZATIONS, default=[MODEL_SYMMETRIZATION],
-                        help=f"rules for --backward-checkpoint, one row each (default: {MODEL_SYMMETRIZATION})")
+    parser.add_argument("--symmetrize", nargs="+", choices=SYMMETRIZATIONS, default=[MARKUP_SYMMETRIZATION],
+                        help=f"rules for --backward-checkpoint, one row each (default: {MARKUP_SYMMETRIZATION})")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "markup.json")
     args = parser.parse_args(argv)
     count = len(read_lines(args.gold))
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.backward_checkpoint:
                 backward = BackwardAligner(translator, Translator.from_checkpoint(args.backward_checkpoint,
                                                                                   device="cpu"),
-                                           AlignConfig(method=method, model_default=True), MODEL_SYMMETRIZATION)
+                                           AlignConfig(method=method, model_default=True))
                 back = backward.backward_links(sources, targets)
                 for rule in args.symmetrize:
                     both = [symmetrized(f, b, rule) for f, b in zip(links, back)]

@@ -15,7 +15,8 @@ import typing
 from typing import Any, Callable, Literal, TypeVar, get_type_hints
 
 from ..config import (
-    ARCH_DEFAULTS, DEFAULT_BEAM_SIZE, FINE_TUNABLE, LINK_METHODS, MODEL_SYMMETRIZATION, PRESETS, SECTIONS,
+    ARCH_DEFAULTS, DEFAULT_BEAM_SIZE, FINE_TUNABLE, LINK_METHODS, MARKUP_SYMMETRIZATION, MODEL_SYMMETRIZATION,
+    PRESETS, SECTIONS,
     SYMMETRIZATIONS, AlignConfig, DecodeConfig, RunConfig,
     load_config_file, merge_layers, preset,
 )
@@ -275,9 +276,10 @@ def add_backward_flags(parser: argparse._ActionsContainer) -> None:
     parser.add_argument("--backward-checkpoint", metavar="CHECKPOINT",
                         help="a target->source model: the exported word links (pharaoh_word) become the forward "
                              "model's symmetrized with this model's links of the same pair (--symmetrize)")
-    parser.add_argument("--symmetrize", choices=SYMMETRIZATIONS, default=MODEL_SYMMETRIZATION,
-                        help="how --backward-checkpoint's links and the forward links are combined "
-                             f"(default: {MODEL_SYMMETRIZATION})")
+    parser.add_argument("--symmetrize", choices=SYMMETRIZATIONS, default=None,
+                        help="how --backward-checkpoint's links and the forward links are combined (default: the "
+                             f"best measured: {MODEL_SYMMETRIZATION} for exported links, {MARKUP_SYMMETRIZATION} "
+                             "for placing --markup tags)")
 
 
 class _ChosenAttention(argparse._StoreAction):

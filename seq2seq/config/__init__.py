@@ -21,8 +21,8 @@ from pydantic import Field, NonNegativeFloat, NonNegativeInt, TypeAdapter, Valid
 
 from ..errors import UserError
 from .align import (  # noqa: F401  (re-exported: ``from seq2seq.config import AlignConfig`` everywhere)
-    LINK_METHODS, MODEL_SYMMETRIZATION, SYMMETRIZATIONS, AlignConfig, AttributionConfig, check_link_method,
-    parse_heads, parse_layer,
+    LINK_METHODS, MARKUP_SYMMETRIZATION, MODEL_SYMMETRIZATION, SYMMETRIZATIONS, AlignConfig, AttributionConfig,
+    check_link_method, parse_heads, parse_layer,
 )
 from .decode import DECODER_ROWS, DEFAULT_BEAM_SIZE, DecodeConfig, check_decoding  # noqa: F401
 from .fields import STRICT, Device, option

@@ -121,3 +121,5 @@ SYMMETRIZATIONS = ("grow-diag-final-and", "grow-diag-final", "intersection", "fo
 #: ``--backward-checkpoint``, ``align --symmetrize``): the best rule with grow links on the val gold
 #: (docs/guides/alignments.md; eflomal's two directions keep grow-diag-final-and)
 MODEL_SYMMETRIZATION = "intersection"
+#: ... and for placing tags (``--markup``), where the union's recall counts more: the best rule there
+MARKUP_SYMMETRIZATION = "grow-diag-final-and"

@@ -15,7 +15,7 @@ from typing import Sequence
 from ..alignment.links import extract_links, symmetrized, transpose_links
 from ..alignment.matrices import Link, check_layer_heads, words_from_pieces
 from ..alignment.records import AlignmentRecord
-from ..config import AlignConfig
+from ..config import MARKUP_SYMMETRIZATION, MODEL_SYMMETRIZATION, AlignConfig
 from ..errors import UserError
 from ..runtime import LOGGER
 from ..tokenizer import EOS_ID
@@ -64,13 +64,17 @@ class BackwardAligner:
     """A target->source model that symmetrizes a forward model's word links: ``backward_links(sources,
     targets)`` force-decodes each source given its target with the backward model and reads its links
     with the same options (its own supervised layer and heads by default), transposed to (source,
-    target); callers combine them with the forward ones as ``symmetrize`` says (``symmetrized``)."""
+    target); callers combine them with the forward ones as ``symmetrize`` says (``symmetrized``), tags
+    (``--markup``) as ``markup_symmetrize`` says. ``symmetrize`` None: the measured best rule for each
+    (``MODEL_SYMMETRIZATION``, ``MARKUP_SYMMETRIZATION``)."""
 
-    def __init__(self, forward: Translator, backward: Translator, align: AlignConfig, symmetrize: str,
+    def __init__(self, forward: Translator, backward: Translator, align: AlignConfig, symmetrize: str | None = None,
                  batch_size: int = 32, flag: str = "--backward-checkpoint") -> None:
         check_backward(forward, backward, flag)
-        symmetrized(set(), set(), symmetrize)  # a bad rule fails now, not after the first batch
-        self.backward, self.symmetrize, self.batch_size = backward, symmetrize, batch_size
+        self.symmetrize = symmetrize or MODEL_SYMMETRIZATION
+        self.markup_symmetrize = symmetrize or MARKUP_SYMMETRIZATION
+        symmetrized(set(), set(), self.symmetrize)  # a bad rule fails now, not after the first batch
+        self.backward, self.batch_size = backward, batch_size
         chosen = align.for_model(backward.supervised_attention)
         self.layer, self.heads = check_layer_heads(chosen.layer, chosen.heads, backward.model)
         self.method, self.threshold = chosen.method, chosen.threshold

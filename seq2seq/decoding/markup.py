@@ -269,14 +269,14 @@ def sentence_links(result, text: str, align, index: int = 0) -> set[tuple[int, i
 
 def symmetrize_links(links: list[set], sources: Sequence[str], targets: Sequence[str], backward) -> list[set]:
     """Each pair's forward ``links`` symmetrized with ``backward``'s (a ``BackwardAligner``) links of the
-    pair, as its ``symmetrize`` says; pairs with an empty side keep theirs."""
+    pair, as its ``markup_symmetrize`` says; pairs with an empty side keep theirs."""
     from ..alignment.links import symmetrized
 
     chosen = [k for k, (s, t) in enumerate(zip(sources, targets)) if s.strip() and t.strip()]
     back = backward.backward_links([sources[k] for k in chosen], [targets[k] for k in chosen])
     out = list(links)
     for k, b in zip(chosen, back):
-        out[k] = symmetrized(links[k], b, backward.symmetrize)
+        out[k] = symmetrized(links[k], b, backward.markup_symmetrize)
     return out
 
 

@@ -34,7 +34,7 @@ from ..decoding.forced_alignment import BackwardAligner
 from ..decoding.document import is_document, translate_document
 from ..decoding.markup import translate_markup
 from ..decoding.translator import Translation, Translator
-from ..config import MODEL_SYMMETRIZATION, AlignConfig, AttributionConfig, DecodeConfig
+from ..config import AlignConfig, AttributionConfig, DecodeConfig
 from ..errors import UserError
 from ..io_utils import atomic_output, chunks, iter_lines, read_lines
 from ..metrics import corpus_scores
@@ -75,7 +75,7 @@ class TranslateJob:
     output_format: str = "text"  # "jsonl": one JSON object per input with per-token confidence
     markup: str | None = None  # "xml" / "html": inline tags carried across by the alignments (decoding.markup)
     backward_checkpoint: str | None = None  # a target->source model: exported word links symmetrized
-    symmetrize: str = MODEL_SYMMETRIZATION  # how (``SYMMETRIZATIONS``)
+    symmetrize: str | None = None  # how (``SYMMETRIZATIONS``; None: ``BackwardAligner``'s measured defaults)
     align: AlignConfig = field(default_factory=AlignConfig)
     attribution: AttributionConfig = field(default_factory=AttributionConfig)
 
