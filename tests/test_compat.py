@@ -22,4 +22,5 @@ def test_old_checkpoints_translate_as_before(name, arch):
     assert [r.text for r in results] == expected["texts"]
     # same kernels, but another CPU may round differently: far below any score gap between beams
     assert [r.score for r in results] == pytest.approx(expected["scores"], abs=1e-4)
-    assert results[0].alignment_record(0).to_json()["pharaoh_word"] == expected["alignment_word_0"]
+    # argmax: the default link method when the expected links were written (it is grow now)
+    assert results[0].alignment_record(0, method="argmax").to_json()["pharaoh_word"] == expected["alignment_word_0"]

@@ -78,7 +78,7 @@ def test_the_alignment_loss_trains_the_layers_up_to_the_supervised_one_only():
 @pytest.mark.parametrize("change, message", [
     ({"model": {"arch": "rnn"}}, "needs --arch transformer"),
     ({"data": {"guided_alignment": None}}, "give --guided-alignment"),
-    ({"train": {"guided_layer": 5}}, "--guided-layer 5 is out of range"),
+    ({"train": {"guided_layer": 5}}, "--guided-layer 5: alignment layer 5 does not exist"),
 ])
 def test_bad_combinations_are_named_errors(change, message):
     raw = RunConfig(model=ModelConfig(layers=3), data=DataConfig(guided_alignment="links.talp"),
@@ -97,6 +97,9 @@ def test_the_layer_is_the_guided_one_and_off_by_default():
     assert cfg.full_context_layer() == 1  # --guided-layer -2 of 3
     cfg.train.guided_layer = 0
     assert cfg.full_context_layer() == 0
+    cfg.model.layers, cfg.train.guided_layer = 1, -2
+    assert cfg.full_context_layer() == 0  # a one-layer decoder's only layer, as alignments read it
+    cfg.model.layers = 3
     cfg.train.full_context_alignment = False
     assert cfg.full_context_layer() is None
 

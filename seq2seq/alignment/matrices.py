@@ -5,7 +5,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ..config import AlignConfig, parse_heads, parse_layer
+from ..config import AlignConfig, layer_index, parse_heads, parse_layer
 from ..errors import UserError
 
 WORD_START = "\u2581"  # SentencePiece's '▁'
@@ -139,12 +139,7 @@ def resolve_layer(layer: int | str, num_layers: int) -> int | str:
         return "all"
     if not isinstance(layer, (int, np.integer)) or isinstance(layer, bool):
         raise UserError(f"alignment layer must be an integer or 'all', got {layer!r}")
-    if layer >= num_layers:
-        raise UserError(
-            f"alignment layer {layer} does not exist: the model has {num_layers} decoder "
-            f"layer(s); use 0..{num_layers - 1}, a negative index, or 'all'"
-        )
-    return int(layer) % num_layers if layer >= -num_layers else 0
+    return layer_index(layer, num_layers)
 
 
 def head_indices(heads: Heads, num_heads: int) -> list[int]:

@@ -22,7 +22,7 @@ from pydantic import Field, NonNegativeFloat, NonNegativeInt, TypeAdapter, Valid
 from ..errors import UserError
 from .align import (  # noqa: F401  (re-exported: ``from seq2seq.config import AlignConfig`` everywhere)
     LINK_METHODS, MARKUP_SYMMETRIZATION, MODEL_SYMMETRIZATION, SYMMETRIZATIONS, AlignConfig, AttributionConfig,
-    check_link_method, parse_heads, parse_layer,
+    check_link_method, layer_index, parse_heads, parse_layer,
 )
 from .decode import DECODER_ROWS, DEFAULT_BEAM_SIZE, DecodeConfig, check_decoding  # noqa: F401
 from .fields import STRICT, Device, option
@@ -347,10 +347,10 @@ class RunConfig:
         if not self.data.guided_alignment:
             raise UserError("--full-context-alignment changes the attention that guided alignment supervises: "
                             "give --guided-alignment FILE (or eflomal) too")
-        layers, layer = self.model.layers, self.train.guided_layer
-        if not -layers <= layer < layers:
-            raise UserError(f"--guided-layer {layer} is out of range for a {layers}-layer decoder")
-        return layer % layers
+        try:
+            return layer_index(self.train.guided_layer, self.model.layers)
+        except UserError as exc:
+            raise UserError(f"--guided-layer {self.train.guided_layer}: {exc}") from None
 
     def resolved(self, device_type: str | None = None) -> "RunConfig":
         """A checked copy with every device- and architecture-dependent default (None) filled in:

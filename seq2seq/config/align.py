@@ -76,6 +76,16 @@ class AlignConfig:
         return {"include_eos": self.include_eos, "method": self.method, "threshold": self.threshold}
 
 
+def layer_index(layer: int, num_layers: int) -> int:
+    """The decoder layer a (possibly negative) index names: negative indices past the first layer clamp
+    to layer 0 (so the default -2 means "the only layer" of a one-layer model); one past the last is a
+    UserError."""
+    if layer >= num_layers:
+        raise UserError(f"alignment layer {layer} does not exist: the model has {num_layers} decoder "
+                        f"layer(s); use 0..{num_layers - 1}, a negative index, or 'all'")
+    return int(layer) % num_layers if layer >= -num_layers else 0
+
+
 def check_link_method(method: str, name: str = "alignment method") -> None:
     """A UserError naming ``name`` unless ``method`` is one of ``LINK_METHODS``."""
     if method not in LINK_METHODS:

@@ -27,9 +27,10 @@ import html
 import re
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from ..errors import UserError
+from ..io_utils import iter_lines
 from .markup import VOID, WORD, Element, parse, render, sentence_links, symmetrize_links, transfer
 
 #: elements that are part of a line of text; every other element starts or ends a block
@@ -47,6 +48,17 @@ def is_document(text: str) -> bool:
     """Whether ``text`` is a whole HTML document (it starts with a doctype or an ``<html>`` element),
     rather than lines of text with inline markup."""
     return re.match(r"\s*(<!--.*?-->\s*)*<(!doctype\s+html|html[\s>])", text, re.IGNORECASE | re.DOTALL) is not None
+
+
+def page_or_lines(path: str | None, flag: str, pages: bool) -> tuple[str | None, Iterator[str]]:
+    """The input at ``path`` (``iter_lines``; ``flag`` names it in errors) as (the whole page, no lines)
+    when ``pages`` and it is an HTML document (``is_document``), else as (None, its lines)."""
+    if not pages:
+        return None, iter_lines(path, flag)
+    raw = list(iter_lines(path, flag, keep_ends=True))
+    if is_document("".join(raw[:50])):
+        return "".join(raw), iter(())
+    return None, (line.removesuffix("\n").removesuffix("\r") for line in raw)
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..alignment.links import extract_links, symmetrized, transpose_links
+from ..alignment.links import extract_links, parse_pharaoh, symmetrized, to_pharaoh, transpose_links
 from ..alignment.matrices import Link, check_layer_heads, words_from_pieces
 from ..alignment.records import AlignmentRecord
 from ..config import MARKUP_SYMMETRIZATION, MODEL_SYMMETRIZATION, AlignConfig
@@ -84,3 +84,13 @@ class BackwardAligner:
         links = force_align(self.backward, targets, sources, self.layer, self.heads, self.method, self.threshold,
                             self.batch_size, names=("target", "source"))
         return [transpose_links(x) for x in links]
+
+    def symmetrized_fields(self, sources: Sequence[str], targets: Sequence[str], forward: Sequence[str]
+                           ) -> list[dict[str, str]]:
+        """For pairs whose forward word links are the Pharaoh lines ``forward``: the fields an alignment
+        record gets, ``pharaoh_word`` (the symmetrized links), ``symmetrize`` (the rule),
+        ``forward_pharaoh_word`` and ``backward_pharaoh_word``. Every pair needs both sides non-empty."""
+        backward = self.backward_links(sources, targets)
+        return [{"pharaoh_word": to_pharaoh(symmetrized(parse_pharaoh(own)[0], back, self.symmetrize)),
+                 "symmetrize": self.symmetrize, "forward_pharaoh_word": own, "backward_pharaoh_word": to_pharaoh(back)}
+                for own, back in zip(forward, backward)]

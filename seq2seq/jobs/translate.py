@@ -31,12 +31,12 @@ import numpy as np
 
 from ..decoding.ensemble import EnsembleModel
 from ..decoding.forced_alignment import BackwardAligner
-from ..decoding.document import is_document, translate_document
+from ..decoding.document import page_or_lines, translate_document
 from ..decoding.markup import translate_markup
 from ..decoding.translator import Translation, Translator
 from ..config import AlignConfig, AttributionConfig, DecodeConfig
 from ..errors import UserError
-from ..io_utils import atomic_output, chunks, iter_lines, read_lines
+from ..io_utils import atomic_output, chunks, read_lines
 from ..metrics import corpus_scores
 from ..runtime import LOGGER
 from ..alignment.matrices import check_layer_heads
@@ -106,12 +106,7 @@ def translate_stream(job: TranslateJob) -> int:
     chunk_size = 1 if interactive else decode.batch * 16
     texts: list[str] = []  # kept only for --reference scoring
     done = 0
-    lines = iter_lines(job.input, "--input")
-    document = None
-    if job.markup == "html" and not interactive:  # a whole page, or lines with inline markup?
-        raw = list(iter_lines(job.input, "--input", keep_ends=True))
-        document = "".join(raw) if is_document("".join(raw[:50])) else None
-        lines = (line.removesuffix("\n").removesuffix("\r") for line in raw)
+    document, lines = page_or_lines(job.input, "--input", job.markup == "html" and not interactive)
     with ExitStack() as stack:
         out = stack.enter_context(atomic_output(job.output))
         if document is not None:
@@ -150,8 +145,7 @@ def translate_stream(job: TranslateJob) -> int:
 
 def _check_per_line(per_line: dict[str, tuple[str, list[str]]], source: str | None, seen: int, final: bool) -> None:
     """Files with one line per input line (``--prefix``, ``--contrast``, ``--constraints``) must have as many
-    as the input:
-    more input than lines as soon as it shows, fewer at the end."""
+    as the input: more input than lines as soon as it shows, fewer at the end."""
     for flag, (path, lines) in per_line.items():
         if seen > len(lines) or (final and seen != len(lines)):
             count = f"{seen}" if final else "more"
@@ -354,15 +348,12 @@ class _alignment_sink:
     def _symmetrize(self, records: list) -> None:
         """--backward-checkpoint: each record's word links become the symmetrized ones; the forward and
         backward links are kept beside them (``forward_pharaoh_word``, ``backward_pharaoh_word``)."""
-        from ..alignment.links import parse_pharaoh, symmetrized, to_pharaoh
-
         chosen = [r for r in records if r.source.strip() and r.target.strip()]
-        backward = self.backward.backward_links([r.source for r in chosen], [r.target for r in chosen])
-        for record, links in zip(chosen, backward):
-            forward = parse_pharaoh(record.pharaoh_word)[0]
-            record.extra.update(symmetrize=self.backward.symmetrize, forward_pharaoh_word=record.pharaoh_word,
-                                backward_pharaoh_word=to_pharaoh(links))
-            record.pharaoh_word = to_pharaoh(symmetrized(forward, links, self.backward.symmetrize))
+        fields = self.backward.symmetrized_fields([r.source for r in chosen], [r.target for r in chosen],
+                                                  [r.pharaoh_word for r in chosen])
+        for record, own in zip(chosen, fields):
+            record.pharaoh_word = own.pop("pharaoh_word")
+            record.extra.update(own)
 
     def _empty_record(self, result: Translation, index: int, model):
         """Empty input: an empty record keeps one JSONL line per input."""

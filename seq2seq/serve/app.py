@@ -22,7 +22,6 @@ import torch
 from fastapi import FastAPI, HTTPException, Request, Response
 
 from ..version import __version__
-from ..alignment.links import parse_pharaoh, symmetrized, to_pharaoh
 from ..decoding.forced_alignment import BackwardAligner
 from ..decoding.markup import carry, parse, sentence_links, symmetrize_links
 from ..decoding.translator import Translation, Translator
@@ -215,13 +214,10 @@ def symmetrize(results: list[dict], translations: list[Translation], backward: B
     model's, the forward and backward links beside them, in one forced pass of the backward model."""
     chosen = [i for i, (r, t) in enumerate(zip(results, translations))
               if r.get("alignment") and t.source.strip() and t.text.strip()]
-    links = backward.backward_links([translations[i].source for i in chosen], [translations[i].text for i in chosen])
-    for result, back in zip((results[i] for i in chosen), links):
-        alignment = result["alignment"]
-        forward = parse_pharaoh(alignment["pharaoh_word"])[0]
-        alignment.update(symmetrize=backward.symmetrize, forward_pharaoh_word=alignment["pharaoh_word"],
-                         backward_pharaoh_word=to_pharaoh(back),
-                         pharaoh_word=to_pharaoh(symmetrized(forward, back, backward.symmetrize)))
+    sources, targets = [translations[i].source for i in chosen], [translations[i].text for i in chosen]
+    fields = backward.symmetrized_fields(sources, targets, [results[i]["alignment"]["pharaoh_word"] for i in chosen])
+    for i, own in zip(chosen, fields):
+        results[i]["alignment"].update(own)
 
 
 async def wait_for(future, request: Request, timeout: float) -> bytes:
