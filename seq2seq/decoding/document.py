@@ -31,7 +31,7 @@ from typing import Iterator, Sequence
 
 from ..errors import UserError
 from ..io_utils import iter_lines
-from .markup import VOID, WORD, Element, parse, render, sentence_links, symmetrize_links, transfer
+from .markup import VOID, WORD, Element, element_links, parse, render, transfer
 
 #: elements that are part of a line of text; every other element starts or ends a block
 INLINE = frozenset({"a", "abbr", "b", "bdi", "bdo", "big", "br", "cite", "data", "del", "dfn", "em", "font", "i",
@@ -95,26 +95,14 @@ class _Events(HTMLParser):
     def handle_endtag(self, tag: str) -> None:
         self._mark("end", tag)
 
-    def handle_data(self, data: str) -> None:
+    def handle_data(self, data: str) -> None:  # also an entity or character reference, left as written
         self._mark("text")
 
-    def handle_entityref(self, name: str) -> None:
-        self._mark("text")
-
-    def handle_charref(self, name: str) -> None:
-        self._mark("text")
-
-    def handle_comment(self, data: str) -> None:
+    def handle_comment(self, data: str) -> None:  # also a declaration or processing instruction
         self._mark("other")
 
-    def handle_decl(self, decl: str) -> None:
-        self._mark("other")
-
-    def handle_pi(self, data: str) -> None:
-        self._mark("other")
-
-    def unknown_decl(self, data: str) -> None:
-        self._mark("other")
+    handle_entityref = handle_charref = handle_data
+    handle_decl = handle_pi = unknown_decl = handle_comment
 
     def read(self) -> list[Event]:
         self.feed(self.document)
@@ -257,9 +245,8 @@ def translate_document(translator, document: str, decode=None, align=None, langu
     align = (align or AlignConfig()).for_model(translator.supervised_attention)
     flat = [sentence for segment in segments for sentence in segment.sentences]
     results = translator.translate(flat, decode, need_attention=True)
-    links = [sentence_links(result, sentence, align, k) for k, (sentence, result) in enumerate(zip(flat, results))]
-    if backward is not None:
-        links = symmetrize_links(links, flat, [result.text for result in results], backward)
+    marked = [bool(segment.elements) for segment in segments for _ in segment.sentences]
+    links = element_links(results, flat, marked, align, backward)
     translated, start = {}, 0
     for segment in segments:
         end = start + len(segment.sentences)

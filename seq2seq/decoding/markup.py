@@ -243,15 +243,7 @@ def translate_markup(translator, lines: Sequence[str], mode: str, decode=None, a
     parsed = [parse(line, mode, f"input line {first_line + k}") for k, line in enumerate(lines)]
     align = (align or AlignConfig()).for_model(translator.supervised_attention)
     results = translator.translate([text for text, _ in parsed], decode, need_attention=True, first_line=first_line)
-    marked = [k for k, (_, elements) in enumerate(parsed) if elements]  # lines without tags need no links
-    links: list[set] = [set() for _ in parsed]
-    for k in marked:
-        links[k] = sentence_links(results[k], parsed[k][0], align, k)
-    if backward is not None and marked:
-        both = symmetrize_links([links[k] for k in marked], [parsed[k][0] for k in marked],
-                                [results[k].text for k in marked], backward)
-        for k, own in zip(marked, both):
-            links[k] = own
+    links = element_links(results, [text for text, _ in parsed], [bool(e) for _, e in parsed], align, backward)
     return [carry(result, text, elements, align, k, own)
             for k, ((text, elements), result, own) in enumerate(zip(parsed, results, links))]
 
@@ -267,17 +259,21 @@ def sentence_links(result, text: str, align, index: int = 0) -> set[tuple[int, i
     return word_links(record.pharaoh_word, sources, len(words), len(record.src_words), len(record.tgt_words))
 
 
-def symmetrize_links(links: list[set], sources: Sequence[str], targets: Sequence[str], backward) -> list[set]:
-    """Each pair's forward ``links`` symmetrized with ``backward``'s (a ``BackwardAligner``) links of the
-    pair, as its ``markup_symmetrize`` says; pairs with an empty side keep theirs."""
+def element_links(results: Sequence, texts: Sequence[str], marked: Sequence[bool], align, backward=None
+                  ) -> list[set]:
+    """The word links (``sentence_links``) of each translation ``results[k]`` of ``texts[k]`` that carries
+    elements (``marked[k]``; the others need none and get an empty set), symmetrized with ``backward``'s (a
+    ``BackwardAligner``) links of the pair as its ``markup_symmetrize`` says, where given (in one forced
+    pass of the backward model; a pair with an empty side keeps its own)."""
     from ..alignment.links import symmetrized
 
-    chosen = [k for k, (s, t) in enumerate(zip(sources, targets)) if s.strip() and t.strip()]
-    back = backward.backward_links([sources[k] for k in chosen], [targets[k] for k in chosen])
-    out = list(links)
-    for k, b in zip(chosen, back):
-        out[k] = symmetrized(links[k], b, backward.markup_symmetrize)
-    return out
+    links = [sentence_links(r, t, align, k) if m else set() for k, (r, t, m) in enumerate(zip(results, texts, marked))]
+    chosen = [k for k, m in enumerate(marked) if m and texts[k].strip() and results[k].text.strip()]
+    if backward is not None and chosen:
+        back = backward.backward_links([texts[k] for k in chosen], [results[k].text for k in chosen])
+        for k, b in zip(chosen, back):
+            links[k] = symmetrized(links[k], b, backward.markup_symmetrize)
+    return links
 
 
 def carry(result, text: str, elements: list[Element], align, index: int = 0,

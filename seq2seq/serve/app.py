@@ -23,7 +23,7 @@ from fastapi import FastAPI, HTTPException, Request, Response
 
 from ..version import __version__
 from ..decoding.forced_alignment import BackwardAligner
-from ..decoding.markup import carry, parse, sentence_links, symmetrize_links
+from ..decoding.markup import carry, element_links, parse
 from ..decoding.translator import Translation, Translator
 from ..errors import UserError
 from ..models.compiled import BackgroundCompile
@@ -195,8 +195,8 @@ def response_bytes(translations: list[Translation], settings: ServeSettings, ali
     results = []
     links = None  # with markup and a backward model: each sentence's symmetrized links place its tags
     if markup is not None and backward is not None:
-        own = [sentence_links(t, text, settings.align, i) for i, (t, (text, _)) in enumerate(zip(translations, markup))]
-        links = symmetrize_links(own, [text for text, _ in markup], [t.text for t in translations], backward)
+        links = element_links(translations, [text for text, _ in markup], [bool(e) for _, e in markup], settings.align,
+                              backward)
     for i, t in enumerate(translations):
         own = None if links is None else links[i]
         marked = None if markup is None else carry(t, *markup[i], settings.align, i, own)
