@@ -15,8 +15,9 @@ statistical aligner eflomal, with test BLEU at equal training time (from the rep
    or with ``--parallel`` two at a time with half the cores each; a finished run is reused.
 4. **Scores** of each run's ``best.pt``: test BLEU and chrF (beam 5), and AER on the gold for the
    alignment ``seq2seq align`` reads by default from that model (``default``), with every link method
-   (``methods``: argmax, threshold, soft, grow), and for every decoder layer (and their mean) x (the mean
-   of heads, and each head), argmax links: the best of these is tuned on the gold.
+   at its default share (``methods``: argmax, threshold, soft, grow; and ``grow 0``, every grown link), and
+   for every decoder layer (and their mean) x (the mean of heads, and each head), argmax links: the best of
+   these is tuned on the gold.
 5. **Record** (``--out``, JSON + markdown) after every step, and a figure (PNG beside it): test BLEU
    against default AER, eflomal's AER as a line.
 """
@@ -128,10 +129,10 @@ def attention_scores(run_dir: Path, sources: list[str], targets: list[str], gold
         links = force_align(translator, sources, targets, layer, heads, method="argmax")
         aer[name] = vars(alignment_error_rate(links, sure, possible))
     best = min((name for name in aer if name != "default"), key=lambda name: aer[name]["aer"])
-    methods = {}  # the default layer and heads, every link method (threshold and soft at their default share)
-    for method in LINK_METHODS:
-        links = force_align(translator, sources, targets, default_layer, default_heads, method=method)
-        methods[method] = vars(alignment_error_rate(links, sure, possible))
+    methods = {}  # the default layer and heads, every link method at its default share, and grow without one
+    for name, method, share in [*((m, m, None) for m in LINK_METHODS), ("grow 0", "grow", 0.0)]:
+        links = force_align(translator, sources, targets, default_layer, default_heads, method=method, threshold=share)
+        methods[name] = vars(alignment_error_rate(links, sure, possible))
     test_src = read_lines(args.data_dir / f"{args.test_split}.{args.src}")
     test_ref = read_lines(args.data_dir / f"{args.test_split}.{args.tgt}")
     outputs = [t.text for t in translator.translate(test_src, beam_size=5, need_attention=False)]

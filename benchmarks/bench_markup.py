@@ -2,7 +2,8 @@
 
     python benchmarks/bench_markup.py --checkpoint RUN [RUN2 ...] --data-dir MULTI30K [--eflomal]
         [--gold examples/gold-alignments/multi30k-val-de-en.100.align] [--spans 3] [--seed 0]
-        [--align-method argmax grow ...] [--backward-checkpoint RUN_EN_DE [--symmetrize RULE ...]]
+        [--align-method argmax grow ...] [--align-threshold 0 0.2 ...]
+        [--backward-checkpoint RUN_EN_DE [--symmetrize RULE ...]]
 
 1. The gold pairs: the first lines of ``--gold-split`` (val), one Pharaoh line each (sure ``i-j``,
    possible ``i?j``; examples/gold-alignments/README.md).
@@ -11,15 +12,16 @@
    reference words covering every word gold-linked (sure or possible) to the span.
 3. The reference is forced as the output (a teacher-forced pass, ``decoding.forced_alignment.force_align``: the
    attention ``translate --alignments`` would read, with the model's supervised heads for a guided
-   checkpoint) and the tag placed by the product's own rule (``decoding.markup.transfer``). Also with
-   eflomal's links (``--eflomal``: ``seq2seq wordalign`` on the training split plus the gold pairs,
-   grow-diag-final-and) as a reference point.
+   checkpoint, links read as for tags: ``AlignConfig.for_markup``) and the tag placed by the product's own
+   rule (``decoding.markup.transfer``). Also with eflomal's links (``--eflomal``: ``seq2seq wordalign`` on
+   the training split plus the gold pairs, grow-diag-final-and) as a reference point.
 4. Per system: exact-span accuracy, mean overlap (Jaccard of word sets; an empty placement counts as
    a point, overlap 0), the share of outputs that are well formed (must be 1), ``--out`` (JSON + md).
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import subprocess
 import sys
@@ -30,7 +32,7 @@ from pathlib import Path
 from common import ROOT, add_multi30k_flags, provenance, write_record
 
 from seq2seq.alignment.links import read_gold_alignments, read_pharaoh_file
-from seq2seq.config import LINK_METHODS, MARKUP_SYMMETRIZATION, SYMMETRIZATIONS, AlignConfig
+from seq2seq.config import LINK_METHODS, MARKUP_SYMMETRIZATION, SYMMETRIZATIONS, AlignConfig, link_share
 from seq2seq.decoding.markup import Element, render, transfer
 from seq2seq.io_utils import markdown_table, read_lines
 
@@ -95,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--align-method", nargs="+", choices=LINK_METHODS, default=[AlignConfig.method],
                         help=f"how links are read from each model's attention; several: one row each (default: "
                              f"{AlignConfig.method})")
+    parser.add_argument("--align-threshold", nargs="+", type=float, default=[None],
+                        help="shares for the link methods, one row each (default: as translate --markup reads them)")
     parser.add_argument("--backward-checkpoint", type=Path, help="a target->source model: also place tags by each "
                         "model's links symmetrized with its links (--symmetrize)")
     parser.add_argument("--symmetrize", nargs="+", choices=SYMMETRIZATIONS, default=[MARKUP_SYMMETRIZATION],
@@ -115,19 +119,21 @@ def main(argv: list[str] | None = None) -> int:
 
     for checkpoint in args.checkpoint:
         translator = Translator.from_checkpoint(checkpoint, device="cpu")
-        for method in args.align_method:
-            align = AlignConfig(method=method, model_default=True).for_model(translator.supervised_attention)
+        for method, threshold in itertools.product(args.align_method, args.align_threshold):
+            chosen = AlignConfig(method=method, threshold=threshold, model_default=True)
+            align = chosen.for_model(translator.supervised_attention).for_markup()
             links = force_align(translator, sources, targets, align.layer, align.heads, align.method, align.threshold)
             name = checkpoint.name if checkpoint.is_dir() else checkpoint.parent.name
-            name += f" ({method})" if len(args.align_method) > 1 else ""
+            share = link_share(method, align.threshold)
+            name += f" ({method}{'' if share is None else f' {share:g}'})" if len(args.align_method) > 1 or \
+                len(args.align_threshold) > 1 else ""
             results[name] = {**score(cases, links, sources, targets), "layer": str(align.layer),
-                             "heads": str(align.heads), "method": method}
+                             "heads": str(align.heads), "method": method, "threshold": share}
             print(f"{name}: {results[name]}", file=sys.stderr, flush=True)
             if args.backward_checkpoint:
                 backward = BackwardAligner(translator, Translator.from_checkpoint(args.backward_checkpoint,
-                                                                                  device="cpu"),
-                                           AlignConfig(method=method, model_default=True))
-                back = backward.backward_links(sources, targets)
+                                                                                  device="cpu"), chosen)
+                back = backward.backward_links(sources, targets, markup=True)
                 for rule in args.symmetrize:
                     both = [symmetrized(f, b, rule) for f, b in zip(links, back)]
                     results[f"{name} + backward, {rule}"] = {**score(cases, both, sources, targets), "method": method,

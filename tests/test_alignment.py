@@ -12,6 +12,7 @@ from seq2seq.alignment.links import (
     alignment_error_rate, argmax_alignment, extract_links, grow_alignment, grow_diag_final, intersect_alignments,
     parse_pharaoh, read_pharaoh_file, soft_alignment, threshold_alignment, to_pharaoh, transpose_links,
 )
+from seq2seq.config import DEFAULT_SHARES, AlignConfig, link_share
 from seq2seq.errors import UserError
 
 SRC = ["▁Ein", "▁Hund", "e", "▁läuft"]
@@ -138,6 +139,39 @@ def test_grow_links_symmetrize_the_row_and_the_column_argmax_of_one_matrix():
         assert extract_links(m, method) <= {(i, j) for i in range(3) for j in range(3)}
     with pytest.raises(UserError, match="must be one of argmax, threshold, soft, grow"):
         extract_links(m, "max")
+
+
+def test_grow_keeps_the_grown_links_with_their_share_of_the_row_and_of_the_column():
+    m = np.array([[0.9, 0.1, 0.0],
+                  [0.6, 0.4, 0.0],   # (0, 1): 0.6 of its row, 0.6 / 1.6 = 0.375 of source 0's column
+                  [0.1, 0.0, 0.9]])  # (1, 1): 0.4 of its row, 0.4 / 0.5 = 0.8 of source 1's column
+    grown = grow_alignment(m)
+    assert grow_alignment(m, 0.38) == grown - {(0, 1)} == grown & soft_alignment(m, 0.38)
+    assert grow_alignment(m, 0.0) == grown and grow_alignment(m, 0.85) == {(2, 2)}
+    assert extract_links(m, "grow") == grow_alignment(m, DEFAULT_SHARES["grow"])  # unset: the method's default
+    assert extract_links(m, "grow", 0.0) == grown
+    assert extract_links(m, "threshold") == extract_links(m, "threshold", DEFAULT_SHARES["threshold"])
+
+
+@pytest.mark.parametrize("method, threshold, expected", [
+    ("argmax", None, None), ("argmax", 0.7, None), ("threshold", None, 0.3), ("soft", 0.5, 0.5), ("grow", None, 0.2),
+    ("grow", 0, 0.0), ("grow", 1, 1.0)])
+def test_link_share_resolves_each_method_default(method, threshold, expected):
+    assert link_share(method, threshold) == expected
+
+
+@pytest.mark.parametrize("method, threshold", [("threshold", 0.0), ("soft", 0.0), ("grow", -0.1), ("grow", 1.5)])
+def test_a_share_out_of_range_is_a_named_error(method, threshold):
+    with pytest.raises(UserError, match=f"--align-threshold must be in .* for --align-method {method}"):
+        link_share(method, threshold)
+    with pytest.raises(UserError, match="--align-threshold"):
+        AlignConfig.from_flags("-2", "mean", method, threshold)
+
+
+def test_tags_read_every_grown_link_unless_a_share_was_chosen():
+    assert AlignConfig().for_markup().threshold == 0.0  # default method grow, no share given
+    assert AlignConfig(threshold=0.3).for_markup().threshold == 0.3
+    assert AlignConfig(method="soft").for_markup() == AlignConfig(method="soft")
 
 
 # ----------------------------------------------------------------------------- Pharaoh

@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from seq2seq.alignment.links import parse_pharaoh
 from seq2seq.cli.translate import main as translate_main
 from seq2seq.config import AlignConfig
 from seq2seq.decoding.forced_alignment import BackwardAligner
@@ -153,7 +154,9 @@ def test_a_backward_model_places_the_tags_by_the_symmetrized_links(checkpoint, t
     for k in (0, 1):
         text, elements = parse(lines[k], "html")
         own = sentence_links(plain[k], text, align, k)
-        back = both.backward_links([text], [plain[k].text])[0]
+        grown = plain[k].alignment_record(k, layer=align.layer, heads=align.heads, method="grow", threshold=0.0)
+        assert own == parse_pharaoh(grown.pharaoh_word)[0]  # tags read every grown link (AlignConfig.for_markup)
+        back = both.backward_links([text], [plain[k].text], markup=True)[0]
         transfer(elements, own & back, len(text.split()), len(plain[k].text.split()))
         assert out[k] == render(plain[k].text.split(), elements)
         well_formed(out[k])

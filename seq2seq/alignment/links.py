@@ -8,7 +8,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..config import SYMMETRIZATIONS, AlignConfig, check_link_method
+from ..config import SYMMETRIZATIONS, AlignConfig, link_share
 from ..errors import UserError
 from .matrices import Link, as_array, normalize_rows
 
@@ -231,24 +231,28 @@ def soft_alignment(matrix: np.ndarray, threshold: float) -> set[Link]:
     return threshold_alignment(both, threshold)
 
 
-def grow_alignment(matrix: np.ndarray) -> set[Link]:
+def grow_alignment(matrix: np.ndarray, min_share: float = 0.0) -> set[Link]:
     """Grow-diag-final-and (``grow_diag_final``) of two argmax readings of one matrix: each target
     word's most attended source word (rows) and each source word's most attending target word
-    (columns), so that no backward model is needed to symmetrize."""
+    (columns), so that no backward model is needed to symmetrize; of those, the links holding at least
+    ``min_share`` of their row and of their column (``soft_alignment``'s test: growing adds neighbours the
+    matrix barely supports, and the floor drops them again; 0 keeps every grown link)."""
     rows = argmax_alignment(matrix)
-    return grow_diag_final(rows, transpose_links(argmax_alignment(as_array(matrix).T)))
+    grown = grow_diag_final(rows, transpose_links(argmax_alignment(as_array(matrix).T)))
+    return grown & soft_alignment(matrix, min_share) if min_share > 0 else grown
 
 
 def extract_links(matrix: np.ndarray, method: str = AlignConfig.method,
-                  threshold: float = AlignConfig.threshold) -> set[Link]:
+                  threshold: float | None = AlignConfig.threshold) -> set[Link]:
     """Hard links of a ``(T, S)`` matrix by ``method`` (``LINK_METHODS``): ``argmax`` (one per row),
     ``threshold`` (on rows renormalized to sum to 1, so a threshold means the same in every row),
-    ``soft`` (``soft_alignment``) or ``grow`` (``grow_alignment``)."""
-    check_link_method(method)
+    ``soft`` (``soft_alignment``) or ``grow`` (``grow_alignment``), with the share ``threshold`` (None:
+    the method's default, ``config.DEFAULT_SHARES``)."""
+    share = link_share(method, threshold)
     if method == "threshold":
-        return threshold_alignment(normalize_rows(matrix), threshold)
+        return threshold_alignment(normalize_rows(matrix), share)
     if method == "soft":
-        return soft_alignment(matrix, threshold)
+        return soft_alignment(matrix, share)
     if method == "grow":
-        return grow_alignment(matrix)
+        return grow_alignment(matrix, share)
     return argmax_alignment(matrix)

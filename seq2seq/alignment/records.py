@@ -4,8 +4,8 @@ Order of operations in ``AlignmentRecord.build`` (and so in the export):
 trim padding -> ``aggregate`` layers/heads -> ``merge_to_words`` (EOS is a word of its own) ->
 ``drop_eos`` (unless ``include_eos``) -> hard links (``LINK_METHODS``).
 Exported matrices keep the raw weights: with the EOS column dropped a row sums to 1 minus the
-weight EOS received. Only ``threshold`` and ``soft`` extraction renormalize rows (so a threshold means the same
-for every row); ``argmax`` does not need to.
+weight EOS received. Only ``threshold``, ``soft`` and ``grow`` extraction renormalize rows (so a threshold
+means the same for every row); ``argmax`` does not need to.
 
 JSONL schema (one JSON object per line, UTF-8, one line per sentence)
 ---------------------------------------------------------------------
@@ -24,7 +24,7 @@ JSONL schema (one JSON object per line, UTF-8, one line per sentence)
 ``attention_shape``  [layers, heads, tgt_len, src_len] of the raw array (always incl. EOS)
 ``layer``            the layer asked for (int or "all"); ``layer_used`` the index actually used
 ``heads``            "mean" or the list of head indices averaged
-``include_eos``, ``method`` (``LINK_METHODS``), ``threshold`` (float or null)
+``include_eos``, ``method`` (``LINK_METHODS``), ``threshold`` (the share the method used: float, or null for argmax)
 ``members``          only for an ensemble (several checkpoints): one object per member, in order,
                      with ``checkpoint``, ``attention_shape``, ``layer_used``, ``subword_matrix``,
                      ``word_matrix``, ``subword_shape``, ``word_shape``, ``pharaoh_subword``,
@@ -69,7 +69,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..config import AlignConfig, check_link_method
+from ..config import AlignConfig, check_link_method, link_share
 from ..io_utils import output_error, sync_directory, temp_path_beside
 from .matrices import (EOS, Heads, aggregate, as_array, drop_eos, merge_to_words, resolve_layer, strip_eos,
                        words_from_pieces)
@@ -122,7 +122,7 @@ class AlignmentRecord:
         heads: Heads = AlignConfig.heads,
         include_eos: bool = AlignConfig.include_eos,
         method: str = AlignConfig.method,
-        threshold: float = AlignConfig.threshold,
+        threshold: float | None = AlignConfig.threshold,
         src_eos: bool = True,
         tgt_eos: bool = True,
     ) -> AlignmentRecord:
@@ -158,7 +158,7 @@ class AlignmentRecord:
             pharaoh_word=to_pharaoh(extract_links(words, method, threshold)),
             layer=layer, layer_used=resolve_layer(layer, attn.shape[0]), heads=heads,
             include_eos=include_eos, method=method,
-            threshold=threshold if method in ("threshold", "soft") else None,
+            threshold=link_share(method, threshold),
             src_eos=src_eos, tgt_eos=tgt_eos,
         )
 
@@ -215,7 +215,7 @@ class AlignmentWriter:
         heads: Heads = AlignConfig.heads,
         include_eos: bool = AlignConfig.include_eos,
         method: str = AlignConfig.method,
-        threshold: float = AlignConfig.threshold,
+        threshold: float | None = AlignConfig.threshold,
     ) -> None:
         check_link_method(method)
         self.jsonl_path = Path(jsonl_path)

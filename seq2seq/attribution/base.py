@@ -48,7 +48,7 @@ class Attribution:
 
     def record(self, index: int, source: str, target: str, src_pieces: Sequence[str],
                tgt_pieces: Sequence[str], include_eos: bool = AlignConfig.include_eos, method: str = AlignConfig.method,
-               threshold: float = AlignConfig.threshold) -> AlignmentRecord:
+               threshold: float | None = AlignConfig.threshold) -> AlignmentRecord:
         """``matrix`` as an AlignmentRecord (word merge, EOS policy, hard links), like attention."""
         return AlignmentRecord.build(index, source, target, src_pieces, tgt_pieces,
                                      self.matrix[None, None], layer=0, heads="mean",

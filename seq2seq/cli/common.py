@@ -15,9 +15,8 @@ import typing
 from typing import Any, Callable, Literal, TypeVar, get_type_hints
 
 from ..config import (
-    ARCH_DEFAULTS, DEFAULT_BEAM_SIZE, FINE_TUNABLE, LINK_METHODS, MARKUP_SYMMETRIZATION, MODEL_SYMMETRIZATION,
-    PRESETS, SECTIONS,
-    SYMMETRIZATIONS, AlignConfig, DecodeConfig, RunConfig,
+    ARCH_DEFAULTS, DEFAULT_BEAM_SIZE, DEFAULT_SHARES, FINE_TUNABLE, LINK_METHODS, MARKUP_SYMMETRIZATION,
+    MODEL_SYMMETRIZATION, PRESETS, SECTIONS, SYMMETRIZATIONS, AlignConfig, DecodeConfig, RunConfig,
     load_config_file, merge_layers, preset,
 )
 from ..errors import OutputError, UserError
@@ -258,10 +257,13 @@ def add_alignment_flags(parser: argparse._ActionsContainer, include_eos: bool = 
                         help="hard links: argmax = one source word per target word; threshold = every source "
                              "word with at least --align-threshold of the (renormalized) row; soft = every link "
                              "with at least --align-threshold of its row and of its column; grow = "
-                             "grow-diag-final-and of the row argmax and the column argmax of the same matrix "
+                             "grow-diag-final-and of the row argmax and the column argmax of the same matrix, "
+                             "the links with at least --align-threshold of their row and column "
                              f"(default: {default.method})")
     parser.add_argument("--align-threshold", type=float, default=default.threshold,
-                        help=f"share of a row for --align-method threshold and soft (default: {default.threshold})")
+                        help="share of a row (and of a column for soft and grow) a link needs (default: "
+                             + ", ".join(f"{share} for {method}" for method, share in DEFAULT_SHARES.items() if share)
+                             + "; grow 0 keeps every grown link)")
     for old, new in (("--layer", "align_layer"), ("--heads", "align_heads")):
         parser.add_argument(old, dest=new, action=DeprecatedAlias, new=_flag(new))
     if include_eos:

@@ -22,7 +22,7 @@ from pydantic import Field, NonNegativeFloat, NonNegativeInt, TypeAdapter, Valid
 from ..errors import UserError
 from .align import (  # noqa: F401  (re-exported: ``from seq2seq.config import AlignConfig`` everywhere)
     LINK_METHODS, MARKUP_SYMMETRIZATION, MODEL_SYMMETRIZATION, SYMMETRIZATIONS, AlignConfig, AttributionConfig,
-    check_link_method, layer_index, parse_heads, parse_layer,
+    DEFAULT_SHARES, check_link_method, layer_index, link_share, parse_heads, parse_layer,
 )
 from .decode import DECODER_ROWS, DEFAULT_BEAM_SIZE, DecodeConfig, check_decoding  # noqa: F401
 from .fields import STRICT, Device, option

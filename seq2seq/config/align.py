@@ -11,6 +11,9 @@ from .fields import option
 
 #: how hard links are read from an attention matrix (``seq2seq.alignment.links.extract_links``)
 LINK_METHODS = ("argmax", "threshold", "soft", "grow")
+#: each method's share of a row (threshold; and of a column: soft, grow) when ``--align-threshold`` is not given:
+#: the best on the val gold (docs/guides/alignments.md); argmax takes none
+DEFAULT_SHARES = {"argmax": None, "threshold": 0.3, "soft": 0.3, "grow": 0.2}
 
 
 @dataclass
@@ -31,15 +34,16 @@ class AlignConfig:
                 "docs/guides/alignments.md): argmax = one source word per target word; threshold = every "
                 "source word with at least `threshold` of the (renormalized) row; soft = every link with at "
                 "least `threshold` of its row and of its column; grow = grow-diag-final-and of the row and the "
-                "column argmax")
-    threshold: float = option(0.3, "share of a row (and, for soft, of a column) for methods threshold and soft, "
-                                   "in (0, 1]")
+                "column argmax, keeping the links with at least `threshold` of their row and of their column")
+    threshold: float | None = option(None, "share of a row (and, for soft and grow, of a column) a link needs: "
+                                           "in (0, 1] (grow: [0, 1], 0 keeps every grown link); unset: the "
+                                           "method's default (DEFAULT_SHARES)")
     include_eos: bool = option(False, "keep the source EOS column and target EOS row in matrices and links")
     model_default: bool = option(False, "layer and heads were not chosen: for a model trained with guided "
                                         "alignment, read the layer and heads it supervised (``for_model``)")
 
     @classmethod
-    def from_flags(cls, layer: str, heads: str, method: str = "argmax", threshold: float = 0.3,
+    def from_flags(cls, layer: str, heads: str, method: str = "argmax", threshold: float | None = None,
                    include_eos: bool = False, model_default: bool = False) -> "AlignConfig":
         """From the spelling of ``--align-layer`` / ``--align-heads`` ("-2", "all"; "mean", "0,2"), checked;
         ``model_default``: neither flag was given (see ``for_model``)."""
@@ -56,10 +60,17 @@ class AlignConfig:
         layer, heads = supervised
         return dataclasses.replace(self, layer=layer, heads=list(heads), model_default=False)
 
+    def for_markup(self) -> "AlignConfig":
+        """The settings for placing ``--markup`` tags, where a link too many costs less than one missing: grow
+        keeps every grown link (share 0) unless ``--align-threshold`` was given (measured: the share floor
+        that makes exported links more precise places fewer tags exactly, docs/guides/alignments.md)."""
+        if self.method != "grow" or self.threshold is not None:
+            return self
+        return dataclasses.replace(self, threshold=0.0)
+
     def check(self) -> None:
         check_link_method(self.method, "--align-method")
-        if self.method in ("threshold", "soft") and not 0.0 < self.threshold <= 1.0:
-            raise UserError(f"--align-threshold must be in (0, 1] (a share of a row), got {self.threshold}")
+        link_share(self.method, self.threshold)
 
     @property
     def layer_flag(self) -> str:
@@ -90,6 +101,21 @@ def check_link_method(method: str, name: str = "alignment method") -> None:
     """A UserError naming ``name`` unless ``method`` is one of ``LINK_METHODS``."""
     if method not in LINK_METHODS:
         raise UserError(f"{name} must be one of {', '.join(LINK_METHODS)}, got {method!r}")
+
+
+def link_share(method: str, threshold: float | None) -> float | None:
+    """The share ``method`` reads links with: ``threshold``, or the method's default (``DEFAULT_SHARES``) when
+    it is None; None for argmax. A UserError when it is out of range: (0, 1], or [0, 1] for grow."""
+    check_link_method(method, "--align-method")
+    if DEFAULT_SHARES[method] is None:
+        return None
+    share = DEFAULT_SHARES[method] if threshold is None else float(threshold)
+    above_floor = share >= 0.0 if method == "grow" else share > 0.0
+    if not above_floor or share > 1.0:
+        interval = "[0, 1]" if method == "grow" else "(0, 1]"
+        raise UserError(f"--align-threshold must be in {interval} (a share of a row) for --align-method {method}, "
+                        f"got {threshold}")
+    return share
 
 
 def parse_layer(value: str | int) -> int | str:

@@ -25,7 +25,7 @@ from .translator import Translator
 
 def force_align(translator: Translator, sources: Sequence[str], targets: Sequence[str],
                 layer: int | str = AlignConfig.layer, heads: str | list[int] = AlignConfig.heads,
-                method: str = AlignConfig.method, threshold: float = AlignConfig.threshold, batch_size: int = 32,
+                method: str = AlignConfig.method, threshold: float | None = AlignConfig.threshold, batch_size: int = 32,
                 names: tuple[str, str] = ("source", "target")) -> list[set[Link]]:
     """Word-level (src, tgt) links per sentence pair from the attention of a teacher-forced pass
     over the given targets. ``names`` label the files in errors."""
@@ -78,10 +78,14 @@ class BackwardAligner:
         chosen = align.for_model(backward.supervised_attention)
         self.layer, self.heads = check_layer_heads(chosen.layer, chosen.heads, backward.model)
         self.method, self.threshold = chosen.method, chosen.threshold
+        self.markup_threshold = chosen.for_markup().threshold
 
-    def backward_links(self, sources: Sequence[str], targets: Sequence[str]) -> list[set[Link]]:
-        """The backward model's word links of each pair, in (source, target) order."""
-        links = force_align(self.backward, targets, sources, self.layer, self.heads, self.method, self.threshold,
+    def backward_links(self, sources: Sequence[str], targets: Sequence[str], markup: bool = False
+                       ) -> list[set[Link]]:
+        """The backward model's word links of each pair, in (source, target) order; ``markup``: read as
+        for placing tags (``AlignConfig.for_markup``)."""
+        threshold = self.markup_threshold if markup else self.threshold
+        links = force_align(self.backward, targets, sources, self.layer, self.heads, self.method, threshold,
                             self.batch_size, names=("target", "source"))
         return [transpose_links(x) for x in links]
 

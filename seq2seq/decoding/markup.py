@@ -250,10 +250,12 @@ def translate_markup(translator, lines: Sequence[str], mode: str, decode=None, a
 
 def sentence_links(result, text: str, align, index: int = 0) -> set[tuple[int, int]]:
     """The word links of ``result`` (a ``Translation`` of ``text`` with its attention) read as ``align``
-    says, over the whitespace words of ``text`` and of the translation."""
+    says for placing tags (``AlignConfig.for_markup``), over the whitespace words of ``text`` and of the
+    translation."""
     words, sources = result.text.split(), len(text.split())
     if not words or not sources or result.attention is None:
         return set()
+    align = align.for_markup()
     record = result.alignment_record(index, layer=align.layer, heads=align.heads, include_eos=False,
                                      method=align.method, threshold=align.threshold)
     return word_links(record.pharaoh_word, sources, len(words), len(record.src_words), len(record.tgt_words))
@@ -270,7 +272,7 @@ def element_links(results: Sequence, texts: Sequence[str], marked: Sequence[bool
     links = [sentence_links(r, t, align, k) if m else set() for k, (r, t, m) in enumerate(zip(results, texts, marked))]
     chosen = [k for k, m in enumerate(marked) if m and texts[k].strip() and results[k].text.strip()]
     if backward is not None and chosen:
-        back = backward.backward_links([texts[k] for k in chosen], [results[k].text for k in chosen])
+        back = backward.backward_links([texts[k] for k in chosen], [results[k].text for k in chosen], markup=True)
         for k, b in zip(chosen, back):
             links[k] = symmetrized(links[k], b, backward.markup_symmetrize)
     return links

@@ -62,7 +62,7 @@ class Translation:
 
     def alignment_record(self, index: int, layer: int | str = AlignConfig.layer,
                          heads: str | list[int] = AlignConfig.heads, include_eos: bool = AlignConfig.include_eos,
-                         method: str = AlignConfig.method, threshold: float = AlignConfig.threshold):
+                         method: str = AlignConfig.method, threshold: float | None = AlignConfig.threshold):
         """This translation's attention as an ``AlignmentRecord`` (word merge, Pharaoh links);
         ``method`` (``LINK_METHODS``) extracts the hard links (see seq2seq.alignment)."""
         from ..alignment.records import AlignmentRecord

@@ -220,7 +220,7 @@ class SourceMass:
 
 
 def head_aer(word_attention: Sequence[np.ndarray], sure: Sequence[set], possible: Sequence[set],
-             method: str = AlignConfig.method, threshold: float = AlignConfig.threshold) -> np.ndarray:
+             method: str = AlignConfig.method, threshold: float | None = AlignConfig.threshold) -> np.ndarray:
     """AER (Och & Ney 2003, ``alignment_error_rate``) of every (layer, head)'s hard links
     (``extract_links`` by ``method``) against gold sure / possible links, from one word-level
     (L, H, Tw, Sw) array per sentence (EOS dropped) -> (L, H)."""
