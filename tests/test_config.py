@@ -2,6 +2,7 @@
 values from files and flags; the effective config printed, saved and read back; light imports."""
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -144,6 +145,7 @@ def test_importing_the_package_or_the_translator_loads_neither_datasets_nor_trai
     (["align", "--checkpoint", "x", "--source", "a", "--target", "b", "--gold", "g", "--align-threshold", "2",
       "--align-method", "threshold"], "--align-threshold must be in (0, 1]"),
     (["compare", "run"], "required: --output"),
+    (["train", "--arch", "rnn", "--heads", "8"], "--heads 8 is an option of a Transformer"),
 ])
 def test_every_subcommand_names_a_bad_flag_or_file_without_a_traceback(tmp_path, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
@@ -181,3 +183,39 @@ def test_the_public_api_lists_what_it_exports():
 
     assert sorted(seq2seq.__all__) == sorted(seq2seq._EXPORTS)
     assert all(getattr(seq2seq, name) is not None for name in seq2seq.__all__)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--arch", "rnn", "--heads", "8"], "--heads 8 is an option of a Transformer, but the model is --arch rnn, which "
+                                        "would ignore it: drop it, or train --arch transformer"),
+    (["--arch", "rnn", "--positional", "rope"], "--positional rope is an option of a Transformer"),
+    (["--attention", "luong-dot"], "--attention luong-dot is an option of an RNN, but the model is --arch transformer"),
+    (["--preset", "transformer", "--hidden-size", "64"], "--hidden-size 64 is an option of an RNN"),
+])
+def test_an_option_of_the_other_architecture_is_a_named_error(flags, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        config_from_flags(flags)
+
+
+def test_an_option_of_the_other_architecture_in_a_file_or_from_python_names_where(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("model:\n  arch: rnn\n  layers: 6\n", encoding="utf-8")
+    with pytest.raises(UserError, match=re.escape(f"--config {path}: model.layers 6 is an option of a Transformer")):
+        config_from_flags(["--config", str(path)])
+    with pytest.raises(UserError, match=re.escape("arguments: model.embed_dim 64 is an option of an RNN")):
+        RunConfig.from_preset("transformer", model={"embed_dim": 64})
+
+
+def test_the_other_architectures_defaults_and_presets_sized_for_both_pass(tmp_path):
+    """Its default value is no request (a whole effective config reads back); a preset may size both (the
+    toy one does), and the resolved config keeps only what the model reads, so an RNN's effective config,
+    written and read back, is the same config."""
+    assert config_from_flags(["--arch", "rnn", "--heads", "4"]).model.arch == "rnn"
+    rnn = config_from_flags(["--preset", "toy", "--arch", "rnn"])
+    assert rnn.model.embed_dim == 128 and rnn.model.d_model == ModelConfig.d_model  # the toy's RNN sizes only
+    path = tmp_path / "rnn.yaml"
+    path.write_text(config_to_yaml(rnn), encoding="utf-8")
+    assert config_from_flags(["--config", str(path)]) == rnn
+    trained = dataclasses.replace(rnn.model, d_model=128)  # an RNN trained before: its unread options differ
+    assert rnn.model.differences(trained) == []
+    assert rnn.model.differences(dataclasses.replace(trained, hidden_size=64)) == [("hidden_size", 128, 64)]

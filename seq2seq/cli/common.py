@@ -17,7 +17,7 @@ from typing import Any, Callable, Literal, TypeVar, get_type_hints
 from ..config import (
     ARCH_DEFAULTS, DEFAULT_BEAM_SIZE, DEFAULT_SHARES, FINE_TUNABLE, LINK_METHODS, MARKUP_SYMMETRIZATION,
     MODEL_SYMMETRIZATION, PRESETS, SECTIONS, SYMMETRIZATIONS, AlignConfig, DecodeConfig, RunConfig,
-    load_config_file, merge_layers, preset,
+    load_config_file, preset,
 )
 from ..errors import OutputError, UserError
 from ..io_utils import output_error
@@ -190,14 +190,14 @@ def build_run_config(args: argparse.Namespace) -> RunConfig:
         corpus = any(data.get(key) for key in ("data_dir", "dataset", "train_file"))
         name = None if corpus else "toy"
     args.preset = name  # the preset that was used, for --print-config
-    layers = ([preset(name)] if name else []) + [file_values, flag_values]
+    where = f"--config {args.config}" if getattr(args, "config", None) else "options"
+    layers = ([(None, preset(name))] if name else []) + [(where, file_values), ("flags", flag_values)]
     init_from = flag_values["train"].get("init_from") or file_values.get("train", {}).get("init_from")
     if init_from:  # fine-tuning: the trained model's architecture and size, below the file and the flags
-        layers.insert(len(layers) - 2, {"model": _trained_model(init_from, file_values, flag_values)})
+        layers.insert(len(layers) - 2, (None, {"model": _trained_model(init_from, file_values, flag_values)}))
     if getattr(args, "output_dir", None):
-        layers.append({"output_dir": args.output_dir})
-    where = f"--config {args.config}" if getattr(args, "config", None) else "options"
-    given = RunConfig.from_dict(merge_layers(layers), source=where)
+        layers.append(("--output-dir", {"output_dir": args.output_dir}))
+    given = RunConfig.from_layers(layers, source=where)
     args.device_choices = given.device_choices()  # what the device decided, for --print-config
     return given.resolved()
 

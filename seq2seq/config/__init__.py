@@ -25,101 +25,10 @@ from .align import (  # noqa: F401  (re-exported: ``from seq2seq.config import A
     DEFAULT_SHARES, check_link_method, layer_index, link_share, parse_heads, parse_layer,
 )
 from .decode import DECODER_ROWS, DEFAULT_BEAM_SIZE, DecodeConfig, check_decoding  # noqa: F401
-from .fields import STRICT, Device, option
-
-#: Why a sparse ``attention_normalizer`` cannot run, and the fix (``seq2seq.nn.normalizers``)
-ENTMAX_MISSING = ("--attention-normalizer sparsemax and entmax15 need the entmax package: "
-                  "pip install 'seq2seq[sparse]' (or pip install entmax)")
-#: Model fields a fine-tuning run (``--init-from``) may change: they have no parameters.
-FINE_TUNABLE = ("dropout", "attention_normalizer")
-
-
-@dataclass
-class ModelConfig:
-    """Architecture and size. ``vocab_size`` is filled in from the tokenizer."""
-
-    __pydantic_config__ = STRICT
-
-    arch: Literal["rnn", "transformer"] = option("transformer", "architecture")
-    vocab_size: int = option(0, "filled in from the tokenizer", derived=True)
-    dropout: float | None = option(None, "dropout probability")
-    tie_embeddings: bool = option(True, "tie the target embeddings and the output layer (W_out = E_tgt)")
-    share_source_embeddings: bool | None = option(
-        None, "source and target share one embedding table (joint vocabulary); unset: follows --tie-embeddings")
-    attention_normalizer: Literal["softmax", "sparsemax", "entmax15"] = option(
-        "softmax", "what turns attention scores into weights, in the RNN's attention and the Transformer's "
-                   "cross-attention: softmax, or sparsemax / 1.5-entmax (exact zeros; need the entmax package: "
-                   "pip install 'seq2seq[sparse]')")
-    # RNN
-    rnn_cell: Literal["gru", "lstm"] = option("gru", "RNN cell")
-    attention: Literal["bahdanau", "luong-dot", "luong-general", "luong-concat"] = option(
-        "bahdanau", "RNN attention: Bahdanau additive, or Luong global with dot / general / concat scores")
-    embed_dim: int = option(256, "RNN: embedding size")
-    hidden_size: int = option(256, "RNN: encoder hidden size per direction (bidirectional)")
-    decoder_hidden_size: int = option(512, "RNN: decoder hidden size")
-    encoder_layers: int = option(1, "RNN: encoder layers")
-    decoder_layers: int = option(1, "RNN: decoder layers")
-    input_feeding: bool = option(True, "RNN, Luong only: feed the attentional state into the next step")
-    # Transformer
-    d_model: int = option(256, "Transformer: model width")
-    heads: int = option(4, "Transformer: attention heads per layer")
-    ff_size: int = option(1024, "Transformer: feed-forward inner size")
-    layers: int = option(3, "Transformer: encoder layers = decoder layers")
-    norm_first: bool = option(True, "Transformer: pre-norm (else post-norm)")
-    positional: Literal["sinusoidal", "learned", "relative", "rope"] = option(
-        "sinusoidal", "Transformer: position encoding: sinusoidal or learned (absolute, added to the embeddings), "
-                      "relative (Shaw et al. 2018: learned embeddings of the clipped distance j - i in "
-                      "self-attention) or rope (rotary, Su et al. 2021: queries and keys rotated by position)")
-    max_positions: int = option(1024, "Transformer, learned positions: longest sequence")
-    relative_clip: int = option(16, "Transformer, relative positions: clipping distance k (distances beyond "
-                                    "+-k share the embedding of +-k)")
-    relative_values: bool = option(False, "Transformer, relative positions: add the distance embeddings to the "
-                                          "values too, not only to the keys")
-
-    @property
-    def shares_source_embeddings(self) -> bool:
-        """Whether the source embedding table is the target one (joint vocabulary)."""
-        return self.tie_embeddings if self.share_source_embeddings is None else self.share_source_embeddings
-
-    def with_arch_defaults(self) -> "ModelConfig":
-        """A copy with the fields left None filled in for ``arch`` (``ARCH_DEFAULTS``)."""
-        return fill_defaults(self, ARCH_DEFAULTS[self.arch].get("model", {}), self.arch)
-
-    def differences(self, other: "ModelConfig") -> list[tuple[str, Any, Any]]:
-        """(field, this value, other's value) for every architecture or size field that differs, i.e.
-        what keeps ``other``'s weights from loading into this model (``FINE_TUNABLE`` and the vocabulary
-        size, which comes from the tokenizer, do not count)."""
-        skip = {"vocab_size", *FINE_TUNABLE}
-        return [(f.name, getattr(self, f.name), getattr(other, f.name)) for f in dataclasses.fields(self)
-                if f.name not in skip and getattr(self, f.name) != getattr(other, f.name)]
-
-    def validate(self) -> None:
-        """Checks across fields (types and choices were checked when the config was read)."""
-        if self.arch == "transformer" and self.d_model % self.heads:
-            raise UserError(f"--d-model ({self.d_model}) must be divisible by --heads ({self.heads})")
-        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
-            raise UserError(f"--dropout must be in [0, 1), got {self.dropout}")
-        sizes = ("embed_dim", "hidden_size", "decoder_hidden_size", "encoder_layers", "decoder_layers",
-                 "d_model", "heads", "ff_size", "layers", "max_positions", "relative_clip")
-        for name in sizes:
-            if getattr(self, name) < 1:
-                raise UserError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(self, name)}")
-        if self.attention_normalizer != "softmax" and not entmax_installed():
-            raise UserError(ENTMAX_MISSING)  # before any work (the model checks again when built)
-        if self.arch == "transformer" and self.positional == "rope" and (self.d_model // self.heads) % 2:
-            raise UserError(f"--positional rope rotates pairs of features: the head size --d-model / --heads "
-                            f"({self.d_model} / {self.heads} = {self.d_model // self.heads}) must be even")
-
-
-def entmax_installed() -> bool:
-    """Whether ``import entmax`` would find the package (without importing it, nor torch)."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("entmax") is not None
-    except ValueError:  # in sys.modules without a spec, e.g. set to None to block the import
-        return False
-
+from .fields import STRICT, Device, fill_defaults, option  # noqa: F401
+from .model import (  # noqa: F401
+    ARCH_DEFAULTS, ARCH_OPTIONS, ENTMAX_MISSING, FINE_TUNABLE, ModelConfig, check_arch_options, entmax_installed,
+)
 
 @dataclass
 class DataConfig:
@@ -234,16 +143,6 @@ class TrainConfig:
 
 
 # Defaults that depend on the architecture: a field left None takes the value for its --arch.
-ARCH_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
-    "rnn": {"model": {"dropout": 0.3},
-            "data": {"max_tokens": 2000},
-            "train": {"schedule": "plateau", "warmup_steps": 0, "clip_norm": 5.0, "betas": (0.9, 0.999)}},
-    "transformer": {"model": {"dropout": 0.1},
-                    "data": {"max_tokens": 3000},
-                    "train": {"schedule": "inverse-sqrt", "warmup_steps": 400, "clip_norm": 1.0,
-                              "betas": (0.9, 0.98)}},
-}
-
 # Defaults that depend on where the run trains, for fields still None after the preset, the file and
 # the flags, and before ARCH_DEFAULTS: a value is either one for every architecture or a dict by
 # architecture. A GPU takes batches several times larger (at CPU-sized batches a small model is bound
@@ -321,11 +220,25 @@ class RunConfig:
         return validate(cls, raw, source)
 
     @classmethod
+    def from_layers(cls, layers: list[tuple[str | None, dict[str, Any]]], source: str = "config") -> "RunConfig":
+        """The one layering of the command and the API: ``layers`` (where each comes from, a partial config)
+        from the lowest (a preset) to the highest (flags), merged section by section (``merge_layers``), an
+        option of the architecture the model is not an error naming where it was set (``check_arch_options``;
+        a layer from None is not checked: a preset, which may size both architectures as the toy one does, or
+        a trained model's section), then read (errors name ``source``). Not yet resolved."""
+        merged = merge_layers([values for _, values in layers])
+        model = merged.get("model")
+        arch = model.get("arch", ModelConfig.arch) if isinstance(model, dict) else ModelConfig.arch
+        check_arch_options([(where, values["model"]) for where, values in layers
+                            if where is not None and isinstance(values.get("model"), dict)], arch)
+        return cls.from_dict(merged, source=source)
+
+    @classmethod
     def from_preset(cls, name: str, **sections: dict[str, Any]) -> "RunConfig":
         """A preset with overrides per section, resolved: ``RunConfig.from_preset("rnn-luong",
         data={"data_dir": "multi30k", "src": "de", "tgt": "en"})`` is ``seq2seq train --preset
         rnn-luong --data-dir multi30k --src de --tgt en``."""
-        return cls.from_dict(merge_layers([preset(name), sections])).resolved()
+        return cls.from_layers([(None, preset(name)), ("arguments", sections)]).resolved()
 
     def supervised_attention(self) -> tuple[int, list[int]] | None:
         """(decoder layer, heads) whose cross-attention guided alignment trained to align words (the
@@ -355,7 +268,8 @@ class RunConfig:
     def resolved(self, device_type: str | None = None) -> "RunConfig":
         """A checked copy with every device- and architecture-dependent default (None) filled in:
         ``DEVICE_DEFAULTS`` for ``device_type`` ('cpu' or 'cuda'; None: where ``train.device`` trains),
-        then ``ARCH_DEFAULTS``; ``fixed_shapes`` unset follows ``train.compile``."""
+        then ``ARCH_DEFAULTS``; ``fixed_shapes`` unset follows ``train.compile``; the other architecture's
+        model options at their defaults (``ModelConfig.only_read_options``)."""
         cfg = RunConfig.from_dict(self.to_dict(), source="config")  # re-checks values set in Python
         device_type = device_type or training_device_type(cfg.train.device)
         for section in SECTIONS:
@@ -363,6 +277,7 @@ class RunConfig:
             setattr(cfg, section, fill_defaults(filled, ARCH_DEFAULTS[cfg.model.arch].get(section, {}), cfg.model.arch))
         if cfg.data.fixed_shapes is None:
             cfg.data.fixed_shapes = cfg.train.compile
+        cfg.model = cfg.model.only_read_options()
         cfg.model.validate()
         cfg.full_context_layer()  # its errors before any work
         return cfg
@@ -387,14 +302,6 @@ def training_device_type(device: str) -> str:
     import torch  # only to resolve 'auto'
 
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def fill_defaults(section: Any, defaults: dict[str, Any], arch: str) -> Any:
-    """A copy of a config section with its None fields set from ``defaults`` (a value, or a dict of
-    values by architecture)."""
-    missing = {key: copy.copy(value[arch] if isinstance(value, dict) else value) for key, value in defaults.items()
-               if getattr(section, key) is None}
-    return dataclasses.replace(section, **missing)
 
 
 def preset(name: str) -> dict[str, dict[str, Any]]:

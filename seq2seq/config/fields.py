@@ -2,6 +2,8 @@
 generated) and the strictness shared by the sections read from files."""
 from __future__ import annotations
 
+import copy
+import dataclasses
 from dataclasses import field
 from typing import Annotated, Any
 
@@ -18,3 +20,11 @@ def option(default: Any, help: str, **kwargs: Any) -> Any:
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def fill_defaults(section: Any, defaults: dict[str, Any], arch: str) -> Any:
+    """A copy of a config section with its None fields set from ``defaults`` (a value, or a dict of
+    values by architecture)."""
+    missing = {key: copy.copy(value[arch] if isinstance(value, dict) else value) for key, value in defaults.items()
+               if getattr(section, key) is None}
+    return dataclasses.replace(section, **missing)
