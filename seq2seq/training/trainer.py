@@ -57,7 +57,7 @@ from ..runtime import (
     seed_everything,
     synchronize,
 )
-from . import distributed
+from . import decisions, distributed
 from .attention_entropy import EntropyPenalty
 from .compiled import objective_runner
 from .corpus import PreparedCorpus
@@ -182,15 +182,13 @@ class Trainer:
         self._saved_at, self._saved_step = time.time(), self.progress.step
 
     def _periodic_save(self, due_by_clock: bool) -> None:
-        """``last.pt`` every ``save_every`` steps or ``save_every_minutes`` (rank 0's clock, agreed by
-        all ranks), unless this step already wrote it; a snapshot too with ``keep_last``."""
-        p, tc = self.progress, self.cfg.train
-        due = due_by_clock or bool(tc.save_every) and p.step % tc.save_every == 0
-        if not due or p.step == self._saved_step:
+        """``last.pt`` when ``decisions.periodic_save_due`` (rank 0's clock, agreed by all ranks); a snapshot
+        too with ``keep_last``."""
+        if not decisions.periodic_save_due(self.progress.step, self._saved_step, self.cfg.train, due_by_clock):
             return
         self._save_last()
         if self.main and self.kept.keep_last:
-            self.kept.add(self.state(), p.step, bleu=None)
+            self.kept.add(self.state(), self.progress.step, bleu=None)
 
     def restore(self, path: Path) -> None:
         payload = load_checkpoint(path)
@@ -201,7 +199,7 @@ class Trainer:
         self._scale = self.scaler.get_scale()
         self.progress = Progress(**payload["progress"])
         self.progress.stopped = ""
-        self._validated_slot = self._clock_slot()
+        self._validated_slot = decisions.clock_slot(self.progress.elapsed, self.cfg.train)
         self._restore_rng(payload)
         self._reshard_position()
 
@@ -251,11 +249,7 @@ class Trainer:
     def _run_epochs(self, bar, session_start: float) -> None:
         """Epochs until a stop: limits, early stopping, or a stop request agreed by all ranks. A resumed
         run that already reached its step or epoch limit takes no further step."""
-        p, tc = self.progress, self.cfg.train
-        if tc.max_steps and p.step >= tc.max_steps:
-            p.stopped = "max_steps"
-        elif tc.max_epochs and p.epoch >= tc.max_epochs:
-            p.stopped = "max_epochs"
+        self.progress.stopped = decisions.limit_reached(self.progress, self.cfg.train)
         while not self.progress.stopped:
             first_step, whole_epoch = self.progress.step, self.progress.batch_in_epoch == 0
             self._skipped_in_epoch = 0
@@ -269,8 +263,8 @@ class Trainer:
     def _step(self, group: StepGroup, bar, session_start: float) -> None:
         t0 = time.time()
         loss, tokens = self.train_step(group)
-        p, tc = self.progress, self.cfg.train
-        if (p.step + 1) % max(tc.log_every, 1) == 0 or tc.eval_every and (p.step + 1) % tc.eval_every == 0:
+        p = self.progress
+        if decisions.device_read_due(p.step + 1, self.cfg.train):
             synchronize(self.device)  # the device's backlog counts as training time where throughput is read
         p.train_seconds += time.time() - t0
         p.tgt_tokens += tokens
@@ -292,8 +286,7 @@ class Trainer:
             raise UserError(_NO_STEP.format(epoch=p.epoch, groups=tc.accumulate))
         p.epoch += 1
         p.batch_in_epoch = 0
-        if tc.max_epochs and p.epoch >= tc.max_epochs:
-            p.stopped = "max_epochs"
+        p.stopped = decisions.limit_reached(p, tc)
 
     def _final_checkpoints(self) -> None:
         if self.progress.stopped == "interrupted":
@@ -303,9 +296,7 @@ class Trainer:
                 else:  # KeyboardInterrupt in one process: wherever it struck, no collective
                     self.save("last.pt")
         else:
-            step, every = self.progress.step, self.cfg.train.eval_every
-            validating = bool(every or self.cfg.train.eval_every_minutes)  # else the run never validates
-            if validating and step != self._validated_step and not (every and step % every == 0):
+            if decisions.final_validation_due(self.progress.step, self._validated_step, self.cfg.train):
                 self._evaluate_and_checkpoint()
             self._save_last()
         if self.main and not (self.out / "best.pt").exists():
@@ -376,7 +367,7 @@ class Trainer:
         p, tc = self.progress, self.cfg.train
         lr = self.optimizer.param_groups[0]["lr"]
         bar.update(1)
-        if p.step % max(tc.log_every, 1) == 0:  # the only place the loop waits for the device's loss
+        if decisions.log_due(p.step, tc):  # the only place the loop waits for the device's loss
             # each read waits for the device: only the terms this run has (guided: unweighted; entropy: nats)
             named = (("guided_loss", self._guided_loss if self.guided else None),
                      ("attention_entropy", self.attention_entropy))
@@ -390,55 +381,34 @@ class Trainer:
                                 "tokens_per_s": tok_s, "elapsed": p.elapsed})
             if self.quiet:
                 log("train", step=p.step, epoch=p.epoch, loss=loss, **extra, lr=lr, tok_s=round(tok_s))
-        if tc.eval_every and p.step % tc.eval_every == 0:
+        if decisions.validation_due_by_step(p.step, tc):
             self._evaluate_and_checkpoint()
 
     def _should_stop(self) -> bool:
         p, tc = self.progress, self.cfg.train
         # rank 0's clock decides the time limits; a stop request on any rank stops all (StopRequests)
-        save_due = bool(tc.save_every_minutes) and time.time() - self._saved_at >= tc.save_every_minutes * 60
         out_of_time, interrupted, save_due, eval_due = distributed.agree(
-            [self.main and bool(tc.max_minutes) and p.elapsed >= tc.max_minutes * 60, self._stop_requests.requested,
-             self.main and save_due, self.main and self._validation_due_by_clock()])
+            [self.main and decisions.out_of_time(p.elapsed, tc), self._stop_requests.requested,
+             self.main and decisions.save_due_by_clock(time.time() - self._saved_at, tc),
+             self.main and decisions.validation_due_by_clock(p.elapsed, tc, self._validated_slot)])
+        p.stopped = decisions.stop_reason(p, tc, out_of_time, interrupted)
         if interrupted:
             self._stop_requests.requested = True
-            p.stopped = "interrupted"
             log("interrupted", step=p.step, checkpoint=self.out / "last.pt")
-        elif tc.max_steps and p.step >= tc.max_steps:
-            p.stopped = "max_steps"
-        elif out_of_time:
-            p.stopped = "max_minutes"
-        elif tc.patience and p.evals_without_improvement >= tc.patience:
-            p.stopped = "early_stopping"
         if not p.stopped and eval_due and p.step != self._validated_step:  # a stopping run validates anyway
             self._evaluate_and_checkpoint()
         if not p.stopped:  # a stopping run writes last.pt anyway
             self._periodic_save(save_due)
         return bool(p.stopped)
 
-    def _validation_due_by_clock(self) -> bool:
-        """``eval_every_minutes``: whether the run's clock (``elapsed``, summed over sessions) has
-        passed the next multiple of the interval since the last validation. The grid is fixed
-        (validations at the first step after 5, 10, 15 ... minutes), so resumed runs and the time
-        that validation itself takes do not shift it."""
-        return bool(self.cfg.train.eval_every_minutes) and self._clock_slot() > self._validated_slot
-
-    def _clock_slot(self) -> int:
-        """How many whole ``eval_every_minutes`` intervals the run's clock has passed."""
-        return int(self.progress.elapsed // (self.cfg.train.eval_every_minutes * 60 or math.inf))
-
     # ----------------------------------------------------------------- evaluation
     def _evaluate_and_checkpoint(self) -> None:
         p = self.progress
-        self._validated_step, self._validated_slot = p.step, self._clock_slot()
+        self._validated_step, self._validated_slot = p.step, decisions.clock_slot(p.elapsed, self.cfg.train)
         scores = distributed.broadcast(self.validate() if self.main else None)  # the others wait
         if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
             self.scheduler.step(scores["loss"])
-        improved = scores["bleu"] > p.best_bleu
-        if improved:
-            p.best_bleu, p.best_step, p.evals_without_improvement = scores["bleu"], p.step, 0
-        else:
-            p.evals_without_improvement += 1
+        improved = decisions.record_validation(p, scores["bleu"])
         self.metrics.write({"kind": "valid", "step": p.step, "epoch": p.epoch, "elapsed": p.elapsed,
                             "train_seconds": p.train_seconds, **scores})
         log("valid", step=p.step, loss=scores["loss"], ppl=scores["ppl"], bleu=scores["bleu"],
