@@ -42,6 +42,7 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "transformer-guided-0.05": ("transformer", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.05"]),
     "transformer-guided-0.5": ("transformer", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.5"]),
     "transformer-align": ("transformer-align", ["--guided-alignment", "{talp}"]),  # the preset, eflomal's links shared
+    "transformer-self": ("transformer", ["--guided-alignment", "self", "--guided-alignment-weight", "0.5"]),
     "transformer-entropy": ("transformer", ["--attention-entropy-weight", "0.1"]),
     "transformer-entmax": ("transformer", ["--attention-normalizer", "entmax15"]),
 }

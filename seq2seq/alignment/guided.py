@@ -26,7 +26,7 @@ import torch
 from ..errors import UserError
 from ..runtime import log
 from ..tokenizer import Tokenizer
-from .links import parse_pharaoh
+from .links import grow_alignment, parse_pharaoh
 from .matrices import SPECIALS, WORD_START
 
 FLAG = "--guided-alignment"
@@ -64,6 +64,24 @@ def piece_gold(links: np.ndarray, src_words: np.ndarray, tgt_words: np.ndarray, 
     rows = linked[tgt_words][:, src_words]  # (T, S): piece t and piece s whose words are linked
     total = rows.sum(axis=1, keepdims=True)
     return np.divide(rows, total, out=np.zeros_like(rows), where=total > 0)
+
+
+def own_gold(attention: np.ndarray, src_ids: np.ndarray, tgt_ids: np.ndarray, starts: np.ndarray,
+             share: float) -> np.ndarray:
+    """The gold rows a model's own attention gives one pair (``--guided-alignment self``): ``attention``
+    (T, S) over the pair's target pieces (``tgt_ids``, no EOS) and source pieces (``src_ids``, no EOS; extra
+    rows and columns are ignored) merged to words as ``matrices.merge_to_words`` merges them (summed over a
+    source word's pieces, averaged over a target word's), linked by ``grow`` with ``share`` (the links
+    ``seq2seq align`` would export), and spread back over the pieces as for a file's links (``piece_gold``)."""
+    src_words, tgt_words = piece_words(src_ids, starts), piece_words(tgt_ids, starts)
+    n_src, n_tgt = word_count(src_words), word_count(tgt_words)
+    if not n_src or not n_tgt:
+        return np.zeros((len(tgt_ids), len(src_ids)), dtype=np.float32)
+    words = np.zeros((n_tgt, n_src))
+    np.add.at(words, (tgt_words[:, None], src_words[None, :]), attention[: len(tgt_ids), : len(src_ids)])
+    words /= np.bincount(tgt_words, minlength=n_tgt)[:, None]
+    links = np.asarray(sorted(grow_alignment(words, share)), dtype=np.int64).reshape(-1, 2)
+    return piece_gold(links, src_words, tgt_words, n_src, n_tgt)
 
 
 @dataclass

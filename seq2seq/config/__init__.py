@@ -30,6 +30,10 @@ from .model import (  # noqa: F401
     ARCH_DEFAULTS, ARCH_OPTIONS, ENTMAX_MISSING, FINE_TUNABLE, ModelConfig, check_arch_options, entmax_installed,
 )
 
+#: ``--guided-alignment self``: the model supervises its attention with its own links (``training.self_guidance``)
+SELF_GUIDANCE = "self"
+
+
 @dataclass
 class DataConfig:
     """Where the corpus comes from and how it is cleaned, tokenized and batched."""
@@ -69,10 +73,17 @@ class DataConfig:
     guided_alignment: str | None = option(
         None, "guided alignment training (Garg et al. 2019): word alignments of the training pairs, a file of "
               "Pharaoh lines (0-based source-target links of whitespace words, one line per training pair before "
-              "cleaning; a pair that cleaning drops drops its line), or 'eflomal': computed with seq2seq wordalign "
-              "on the training pairs and cached")
+              "cleaning; a pair that cleaning drops drops its line), 'eflomal': computed with seq2seq wordalign "
+              "on the training pairs and cached, or 'self': after --self-guidance-warmup steps, the model's own "
+              "links of each batch (no aligner needed)")
     shuffle_buffer: int = option(10_000, "streaming: pairs held in the shuffle buffer")
     stream_window: int = option(100, "streaming: sort by length within windows of this many batches")
+
+    @property
+    def alignment_lines(self) -> str | None:
+        """Where the training pairs' alignment lines come from (a file, or ``eflomal``): ``guided_alignment``,
+        or None without one or with ``self`` (the links come from the model as it trains)."""
+        return None if self.guided_alignment in (None, "", SELF_GUIDANCE) else self.guided_alignment
 
 
 @dataclass
@@ -136,6 +147,8 @@ class TrainConfig:
         False, "guided alignment, Transformer: supervise, and read alignments from, --guided-layer's "
                "cross-attention computed with the whole target visible (Garg et al. 2019's full-context "
                "alignment: the decoder run a second time up to that layer without the causal mask)")
+    self_guidance_warmup: NonNegativeInt = option(
+        400, "--guided-alignment self: steps of plain training before the model's own links supervise it")
     compile: bool | None = option(
         None, "compile the training step (forward, loss, backward: torch.compile; on CUDA its CUDA graphs, one per "
               "batch shape, see --fixed-shapes); slow to start on CPU; unset: on for a Transformer on CUDA")

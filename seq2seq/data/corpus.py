@@ -118,10 +118,10 @@ def _train_on_disk(cfg: DataConfig, kind: str) -> Dataset:
 
 def load_clean_corpus(cfg: DataConfig) -> tuple[DatasetDict, dict]:
     """``load_corpus`` then ``clean_corpus`` with the config's filters; returns (corpus, stats). With
-    ``guided_alignment`` the training pairs carry their alignment lines through cleaning (``guided.py``)."""
+    alignment lines (``DataConfig.alignment_lines``) the training pairs carry them through cleaning (``guided.py``)."""
     corpus = load_corpus(cfg)
-    if cfg.guided_alignment:
-        corpus["train"] = attach_alignment_lines(corpus["train"], cfg.guided_alignment)
+    if cfg.alignment_lines:
+        corpus["train"] = attach_alignment_lines(corpus["train"], cfg.alignment_lines)
     return clean_corpus(corpus, cfg.max_len, cfg.max_len_ratio, split_sources(cfg))
 
 

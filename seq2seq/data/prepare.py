@@ -75,8 +75,8 @@ def cache_key(cfg: DataConfig, tokenizer: Tokenizer) -> str:
     """Fingerprint of (corpus source, cleaning settings, tokenizer model bytes, encoding version, and the
     content of the guided alignment file, if any)."""
     parts = {"corpus": corpus_fingerprint(cfg), "tokenizer": tokenizer.sha256(), "version": ENCODING_VERSION}
-    if cfg.guided_alignment:  # the alignment lines are columns of the cached training split
-        parts["guided_alignment"] = alignment_fingerprint(cfg.guided_alignment)
+    if cfg.alignment_lines:  # the alignment lines are columns of the cached training split
+        parts["guided_alignment"] = alignment_fingerprint(cfg.alignment_lines)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
 

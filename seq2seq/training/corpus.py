@@ -143,7 +143,7 @@ def prepare_run_corpus(cfg: RunConfig, output_dir: Path, quiet: bool = False,
     if cfg.data.streaming and cfg.data.subword_alpha:
         raise UserError("--subword-alpha samples a segmentation of the whole training split per epoch; it "
                         "needs a prepared corpus, not --streaming")
-    if cfg.data.streaming and cfg.data.guided_alignment:
+    if cfg.data.streaming and cfg.data.alignment_lines:
         raise UserError("--guided-alignment pairs each training pair with its alignment line by position in the "
                         "training data; it needs a prepared corpus, not --streaming")
     if cfg.data.streaming:
@@ -156,7 +156,7 @@ def prepare_run_corpus(cfg: RunConfig, output_dir: Path, quiet: bool = False,
         return StreamingCorpus(tokenizer, splits, cfg.data.max_tokens, cfg.train.seed, rank, world,
                                fixed_shapes=bool(cfg.data.fixed_shapes), stream=stream, window=cfg.data.stream_window)
     data = dataclasses.replace(cfg.data, guided_alignment=str(alignment_file(cfg.data))) \
-        if cfg.data.guided_alignment else cfg.data
+        if cfg.data.alignment_lines else cfg.data
     tokenizer, splits = distributed.main_first(lambda: _reuse_main(tokenizer_path, lambda: prepare_data(
         _with_computed_alignments(cfg.data, data), tokenizer_path, cfg.data.cache_dir, tokenizer=given)))
     if len(splits["train"]) == 0:
@@ -164,7 +164,7 @@ def prepare_run_corpus(cfg: RunConfig, output_dir: Path, quiet: bool = False,
     log("corpus", quiet=quiet, vocab=tokenizer.vocab_size,
         **{f"{name}_pairs": len(data) for name, data in splits.items()})
     guided = None
-    if cfg.data.guided_alignment:
+    if cfg.data.alignment_lines:
         guided = GuidedAlignments.from_split(splits["train"], tokenizer, data.guided_alignment)
     return PreparedCorpus(tokenizer, splits, cfg.data.max_tokens, cfg.train.seed, rank, world,
                           subword_alpha=cfg.data.subword_alpha, guided=guided, fixed_shapes=bool(cfg.data.fixed_shapes))

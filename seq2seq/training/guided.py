@@ -10,6 +10,13 @@ of decoder layer ``train.guided_layer``'s cross-attention at target position t a
 (``seq2seq.alignment.guided``; the loss: ``seq2seq.nn.alignment_loss``). lambda is
 ``train.guided_alignment_weight`` (0.05 by default, as in the paper). Only that layer computes its
 attention weights explicitly; the others keep the fused kernel where it is used.
+
+With ``--guided-alignment self`` (``SelfGuidance``) g_t comes from the model itself: for the first
+``train.self_guidance_warmup`` steps there is no alignment term; after them each batch's gold rows are the
+links the model exports for that batch now (its supervised heads, read in a teacher pass without dropout
+or gradient, full context where the model has it, grow links: ``alignment.guided.own_gold``), so the
+supervision follows the model as it trains, and a resumed run computes the same gold from the same
+weights. The loss then sharpens the supervised heads towards their own best links.
 """
 from __future__ import annotations
 
@@ -17,8 +24,13 @@ from dataclasses import dataclass
 
 import torch
 
+import numpy as np
+
+from ..alignment.guided import own_gold, word_start_table
 from ..alignment.matrices import head_indices, resolve_layer
-from ..config import RunConfig
+from ..config import SELF_GUIDANCE, RunConfig, link_share
+from ..data.batching import Batch
+from ..tokenizer import EOS_ID, Tokenizer
 from ..errors import UserError
 from ..models.base import EncoderDecoder
 from ..nn.alignment_loss import guided_alignment_loss
@@ -51,3 +63,41 @@ class GuidedTraining:
         if attention is None or gold is None:
             raise ValueError("guided alignment needs the batch's gold (Batch.guide) and the model's attention")
         return guided_alignment_loss(attention[:, 0, self.heads], gold)
+
+
+class SelfGuidance:
+    """The gold rows of ``--guided-alignment self``: ``gold(model, batch, step)`` is None during the warm-up,
+    then the model's own links of the batch as gold rows (B, T, S), like a file's (``Batch.guide``)."""
+
+    def __init__(self, guided: GuidedTraining, tokenizer: Tokenizer, warmup: int) -> None:
+        self.guided, self.warmup = guided, warmup
+        self.starts = word_start_table(tokenizer)
+        self.share = link_share("grow", None)  # the links ``seq2seq align`` exports by default
+
+    @classmethod
+    def for_run(cls, cfg: RunConfig, guided: GuidedTraining | None, tokenizer: Tokenizer) -> "SelfGuidance | None":
+        """None unless the run guides itself (``data.guided_alignment`` 'self')."""
+        if guided is None or cfg.data.guided_alignment != SELF_GUIDANCE:
+            return None
+        return cls(guided, tokenizer, cfg.train.self_guidance_warmup)
+
+    @torch.no_grad()
+    def gold(self, model: EncoderDecoder, batch: Batch, step: int) -> torch.Tensor | None:
+        """The batch's gold rows on ``batch``'s device, or None before step ``warmup`` (steps count from 0)."""
+        if step < self.warmup:
+            return None
+        training = model.training
+        model.eval()  # the links the model exports: no dropout
+        try:
+            _, weights = model(batch.src, batch.src_mask, batch.tgt_in, False, attention_layer=self.guided.layer,
+                               src_lengths=batch.src_lengths)
+        finally:
+            model.train(training)
+        attention = weights[:, 0, self.guided.heads].float().mean(dim=1).cpu().numpy()  # (B, T, S)
+        src, tgt = batch.src.cpu().numpy(), batch.tgt_out.cpu().numpy()
+        gold = np.zeros(attention.shape, dtype=np.float32)
+        for b in range(len(src)):
+            src_ids, tgt_ids = src[b][: np.argmax(src[b] == EOS_ID)], tgt[b][: np.argmax(tgt[b] == EOS_ID)]
+            rows = own_gold(attention[b], src_ids, tgt_ids, self.starts, self.share)
+            gold[b, : rows.shape[0], : rows.shape[1]] = rows
+        return torch.from_numpy(gold).to(batch.src.device)

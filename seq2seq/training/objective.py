@@ -7,7 +7,8 @@ For a batch with target positions t (padding excluded) the objective is
         + w * sum_t mean_heads H(a_t)                      --attention-entropy-weight w (``attention_entropy``)
         + lambda * sum_t KL(g_t || a'_t)                   --guided-alignment-weight lambda (``guided``)
 
-summed, not averaged: the trainer divides it by the step's target tokens over every micro-batch and
+summed, not averaged (a batch without gold rows, in self-guidance's warm-up, has no alignment term): the
+trainer divides it by the step's target tokens over every micro-batch and
 rank, so accumulation and several processes give the update of one large batch. Each term is also
 returned on its own (detached) for the metrics; a term that is off is an exact zero.
 """
@@ -62,7 +63,7 @@ class Objective:
         if self.entropy.active:
             entropy = entropy_sum(weights, tgt_out, self.entropy.layer)
             objective = objective + self.entropy.weight * entropy
-        if self.guided is not None:
+        if self.guided is not None and guide is not None:  # None: self-guidance's warm-up
             supervised = weights[:, self.guided.layer:self.guided.layer + 1] if every_layer else weights
             guided = self.guided.loss(supervised, guide)
             objective = objective + self.guided.weight * guided

@@ -61,7 +61,7 @@ from . import decisions, distributed
 from .attention_entropy import EntropyPenalty
 from .compiled import objective_runner
 from .corpus import PreparedCorpus
-from .guided import GuidedTraining
+from .guided import GuidedTraining, SelfGuidance
 from .objective import Objective
 from .rng import rng_state, set_rng_state
 from .optim import build_optimizer, build_scheduler, sequence_loss
@@ -106,6 +106,7 @@ class Trainer:
         self.out = Path(cfg.output_dir)
         self.model = build_model(cfg.model, cfg.full_context_layer()).to(self.device)
         self.guided = GuidedTraining.for_run(cfg, self.model)  # guided alignment: the supervised attention
+        self.self_guidance = SelfGuidance.for_run(cfg, self.guided, corpus.tokenizer)  # its gold from the model
         self._guided_loss = torch.zeros(())  # this rank's guided loss per target token at the last step
         self.entropy_penalty = EntropyPenalty(cfg.train.attention_entropy_weight, cfg.train.attention_entropy_layer,
                                               self.model.attention_layers)
@@ -336,8 +337,10 @@ class Trainer:
         total_entropy = torch.zeros((), device=self.device)
         for i, batch in enumerate(group):
             batch = batch.to(self.device)
+            guide = batch.guide if self.self_guidance is None else \
+                self.self_guidance.gold(self.model, batch, self.progress.step)
             with distributed.no_sync(self.ddp, sync=i == len(group) - 1):
-                terms = self.step_objective(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_out, batch.guide,
+                terms = self.step_objective(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_out, guide,
                                             batch.src_lengths)
                 self.scaler.scale(terms.objective / normaliser).backward()
             total_loss += terms.cross_entropy
