@@ -15,76 +15,21 @@ import copy
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import Field, NonNegativeFloat, NonNegativeInt, TypeAdapter, ValidationError
+from pydantic import NonNegativeFloat, NonNegativeInt, TypeAdapter, ValidationError
 
 from ..errors import UserError
 from .align import (  # noqa: F401  (re-exported: ``from seq2seq.config import AlignConfig`` everywhere)
     LINK_METHODS, MARKUP_SYMMETRIZATION, MODEL_SYMMETRIZATION, SYMMETRIZATIONS, AlignConfig, AttributionConfig,
     DEFAULT_SHARES, check_link_method, layer_index, link_share, parse_heads, parse_layer,
 )
+from .data import SELF_GUIDANCE, DataConfig  # noqa: F401
 from .decode import DECODER_ROWS, DEFAULT_BEAM_SIZE, DecodeConfig, check_decoding  # noqa: F401
 from .fields import STRICT, Device, fill_defaults, option  # noqa: F401
 from .model import (  # noqa: F401
     ARCH_DEFAULTS, ARCH_OPTIONS, ENTMAX_MISSING, FINE_TUNABLE, ModelConfig, check_arch_options, entmax_installed,
 )
-
-#: ``--guided-alignment self``: the model supervises its attention with its own links (``training.self_guidance``)
-SELF_GUIDANCE = "self"
-
-
-@dataclass
-class DataConfig:
-    """Where the corpus comes from and how it is cleaned, tokenized and batched."""
-
-    __pydantic_config__ = STRICT
-
-    data_dir: str | None = option(None, "directory of {split}.{lang} text files (e.g. Multi30k)")
-    dataset: str | None = option(None, "Hugging Face hub dataset name, e.g. bentrevett/multi30k")
-    dataset_config: str | None = option(None, "hub dataset configuration, e.g. de-en for wmt14")
-    train_file: str | None = option(None, "TSV or JSONL file of training pairs (overrides --data-dir)")
-    valid_file: str | None = option(None, "TSV or JSONL file of validation pairs (with --train-file)")
-    test_file: str | None = option(None, "TSV or JSONL file of test pairs (with --train-file)")
-    src: str = option("src", "source language code (file suffix, hub column or JSONL key)")
-    tgt: str = option("tgt", "target language code")
-    train_split: str = option("train", "file stem / hub split of the training data")
-    valid_split: str = option("val", "file stem / hub split of the validation data")
-    test_split: str = option("test_2016_flickr", "file stem / hub split of the test data")
-    max_len: int = option(0, "training filter: drop pairs with a side longer than this many words (0 = keep all)")
-    max_len_ratio: float = option(0.0, "training filter: drop pairs whose word-length ratio exceeds this "
-                                       "(0 = keep all)")
-    vocab_size: int = option(8000, "SentencePiece vocabulary size (joint source + target)")
-    sp_model_type: Literal["unigram", "bpe"] = option("unigram", "SentencePiece model type")
-    sp_input_sentence_size: int = option(2_000_000, "sentences sampled to train SentencePiece")
-    max_tokens: int | None = option(None, "tokens per batch, padding included (per side); unset: sized for the "
-                                          "architecture and the device (DEVICE_DEFAULTS)")
-    fixed_shapes: bool | None = option(
-        None, "pad training batches to a few fixed shapes (length buckets, seq2seq.data.shapes) so that a compiled "
-              "step and its CUDA graphs are built once per shape; unset: on with --compile")
-    num_proc: int = option(1, "processes for tokenizing the corpus")
-    cache_dir: str = option("data/cache", "where encoded corpora are kept and reused across runs")
-    toy_size: int = option(0, "train on the embedded English->German number-word corpus with this many pairs")
-    streaming: bool = option(False, "read, tokenize and batch the training split on the fly (corpora past RAM)")
-    subword_alpha: Annotated[float, Field(ge=0.0, le=1.0)] = option(
-        0.0, "subword regularization (Kudo 2018): each epoch trains on a freshly sampled SentencePiece "
-             "segmentation of the training split, smoothing alpha (unigram; BPE: dropout probability); "
-             "validation, test and translation use the best segmentation (0 = off)")
-    guided_alignment: str | None = option(
-        None, "guided alignment training (Garg et al. 2019): word alignments of the training pairs, a file of "
-              "Pharaoh lines (0-based source-target links of whitespace words, one line per training pair before "
-              "cleaning; a pair that cleaning drops drops its line), 'eflomal': computed with seq2seq wordalign "
-              "on the training pairs and cached, or 'self': after --self-guidance-warmup steps, the model's own "
-              "links of each batch (no aligner needed)")
-    shuffle_buffer: int = option(10_000, "streaming: pairs held in the shuffle buffer")
-    stream_window: int = option(100, "streaming: sort by length within windows of this many batches")
-
-    @property
-    def alignment_lines(self) -> str | None:
-        """Where the training pairs' alignment lines come from (a file, or ``eflomal``): ``guided_alignment``,
-        or None without one or with ``self`` (the links come from the model as it trains)."""
-        return None if self.guided_alignment in (None, "", SELF_GUIDANCE) else self.guided_alignment
-
 
 @dataclass
 class TrainConfig:
