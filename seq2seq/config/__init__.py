@@ -8,6 +8,11 @@ fail loudly, so a typo never silently falls back to a default. Fields whose defa
 architecture are ``None`` until ``resolved()`` fills them from ``ARCH_DEFAULTS``; the CLI, the
 Python API (``seq2seq.train``) and the benchmarks all resolve the same way. The whole resolved
 config is saved in every checkpoint and as ``config.yaml`` in every run directory.
+
+The sections live by concern: ``model.py`` (``ModelConfig``, the options of each architecture, the
+architecture defaults), ``data.py``, ``decode.py``, ``align.py``, ``fields.py`` (what a section is made
+of); here ``TrainConfig``, ``RunConfig``, the presets and the one layering (``RunConfig.from_layers``).
+Everything is re-exported: ``from seq2seq.config import ...``.
 """
 from __future__ import annotations
 
