@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from common import ROOT, provenance, step_flops_per_target_token, write_record
+from common import ROOT, for_arch, provenance, step_flops_per_target_token, write_record
 from seq2seq.io_utils import display_path, markdown_table
 
 DEFAULT_DATA = os.environ.get("SEQ2SEQ_MULTI30K")  # Multi30k {split}.{lang} files, or --data-dir
@@ -54,10 +54,10 @@ def train_system(name: str, args: argparse.Namespace, run_dir: Path, shared_spm:
     if shared_spm is not None:  # one shared SentencePiece model: reused, not retrained
         for suffix in (".model", ".json"):
             shutil.copy(shared_spm.with_suffix(suffix), run_dir / f"spm{suffix}")
-    command = [sys.executable, "-m", "seq2seq", "train", "--data-dir", str(args.data_dir), "--src", args.src,
-               "--tgt", args.tgt, "--vocab-size", str(args.vocab_size), "--max-minutes", str(args.minutes),
-               "--eval-every", str(args.eval_every), "--output-dir", str(run_dir), "--quiet",
-               "--no-final-test", "--device", args.device, *system_flags(name, args.peer_sizes), *args.extra]
+    command = [sys.executable, "-m", "seq2seq", "train", *for_arch([
+        "--data-dir", str(args.data_dir), "--src", args.src, "--tgt", args.tgt, "--vocab-size", str(args.vocab_size),
+        "--max-minutes", str(args.minutes), "--eval-every", str(args.eval_every), "--output-dir", str(run_dir),
+        "--quiet", "--no-final-test", "--device", args.device, *system_flags(name, args.peer_sizes), *args.extra])]
     print(f"[{name}] {' '.join(command)}", file=sys.stderr, flush=True)
     subprocess.run(command, check=True, cwd=ROOT)
     return json.loads((run_dir / "summary.json").read_text())

@@ -97,11 +97,38 @@ def runs_dir(args) -> Path:
     return runs
 
 
+def for_arch(flags: list[str]) -> list[str]:
+    """Train flags without the model options of the architecture the run does not train (``--arch``, else
+    its ``--preset``'s, else the default): one set of extra flags (``-- --d-model 32 --embed-dim 32``) may
+    size every run of a benchmark, where ``seq2seq train`` rejects an option of the other architecture."""
+    from seq2seq.config import ARCH_OPTIONS, PRESETS, ModelConfig
+
+    def last(flag: str) -> str | None:
+        return next((flags[i + 1] for i in range(len(flags) - 2, -1, -1) if flags[i] == flag), None)
+
+    preset = last("--preset")
+    arch = last("--arch") or (PRESETS.get(preset, {}).get("model", {}).get("arch") if preset else None)
+    arch = arch or ModelConfig.arch
+    other = {f"--{key.replace('_', '-')}" for name, keys in ARCH_OPTIONS.items() if name != arch for key in keys}
+    kept, i = [], 0
+    while i < len(flags):
+        name = flags[i].split("=", 1)[0]
+        if name in other or name.startswith("--no-") and f"--{name[5:]}" in other:
+            takes_value = "=" not in flags[i] and i + 1 < len(flags) and not flags[i + 1].startswith("--")
+            i += 2 if takes_value and not name.startswith("--no-") else 1
+            continue
+        kept.append(flags[i])
+        i += 1
+    return kept
+
+
 def preset_command(label: str, preset: str, args, run_dir: Path, *flags: str) -> list[str]:
-    """The command line of ``train_preset`` (printed, labelled, to stderr)."""
-    command = [sys.executable, "-m", "seq2seq", "train", "--preset", preset, "--data-dir", str(args.data_dir),
-               "--src", args.src, "--tgt", args.tgt, "--seed", str(args.seed), "--device", args.device,
-               "--output-dir", str(run_dir), "--quiet", "--no-final-test", *flags, *args.extra]
+    """The command line of ``train_preset`` (printed, labelled, to stderr); model options of the other
+    architecture in ``flags`` and ``args.extra`` are left out (``for_arch``)."""
+    command = [sys.executable, "-m", "seq2seq", "train", *for_arch([
+        "--preset", preset, "--data-dir", str(args.data_dir), "--src", args.src, "--tgt", args.tgt, "--seed",
+        str(args.seed), "--device", args.device, "--output-dir", str(run_dir), "--quiet", "--no-final-test", *flags,
+        *args.extra])]
     print(f"[{label}] {' '.join(command)}", file=sys.stderr, flush=True)
     return command
 

@@ -54,7 +54,9 @@ from typing import Any
 import torch
 
 from bench import matmul_peak
-from common import ROOT, add_multi30k_flags, copy_tokenizer, provenance, step_flops_per_target_token, write_record
+from common import (
+    ROOT, add_multi30k_flags, copy_tokenizer, for_arch, provenance, step_flops_per_target_token, write_record,
+)
 from seq2seq.io_utils import markdown_table
 from seq2seq.runtime import synchronize
 
@@ -123,7 +125,7 @@ def base_config(args, arch: str, precision: str, max_tokens: int, compiled: bool
     if args.tiny:
         flags += ["--d-model", "32", "--heads", "2", "--ff-size", "64", "--layers", "1", "--embed-dim", "32",
                   "--hidden-size", "32", "--decoder-hidden-size", "48", "--vocab-size", "200"]
-    return config_from_flags(flags)
+    return config_from_flags(for_arch(flags))
 
 
 def endless_batches(corpus, device: torch.device):

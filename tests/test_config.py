@@ -219,3 +219,18 @@ def test_the_other_architectures_defaults_and_presets_sized_for_both_pass(tmp_pa
     trained = dataclasses.replace(rnn.model, d_model=128)  # an RNN trained before: its unread options differ
     assert rnn.model.differences(trained) == []
     assert rnn.model.differences(dataclasses.replace(trained, hidden_size=64)) == [("hidden_size", 128, 64)]
+
+
+def test_benchmarks_size_every_run_with_one_set_of_flags_for_its_own_architecture():
+    """A benchmark's extra flags (``-- --d-model 32 --embed-dim 32``) size runs of both architectures:
+    ``common.for_arch`` leaves out the options of the other one, which ``seq2seq train`` would reject."""
+    from common import for_arch
+
+    tiny = ["--d-model", "32", "--no-norm-first", "--embed-dim", "32", "--input-feeding", "--hidden-size=8"]
+    rnn = for_arch(["--preset", "rnn-luong", *tiny, "--max-steps", "3"])
+    assert rnn == ["--preset", "rnn-luong", "--embed-dim", "32", "--input-feeding", "--hidden-size=8", "--max-steps",
+                   "3"]
+    assert config_from_flags(rnn).model.embed_dim == 32
+    transformer = for_arch(["--preset", "rnn-luong", "--arch", "transformer", *tiny])  # --arch wins over the preset
+    assert transformer == ["--preset", "rnn-luong", "--arch", "transformer", "--d-model", "32", "--no-norm-first"]
+    assert for_arch(tiny) == ["--d-model", "32", "--no-norm-first"]  # the default architecture
