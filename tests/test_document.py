@@ -12,8 +12,10 @@ import pytest
 
 from seq2seq.cli.translate import main as translate_main
 from seq2seq.decoding.document import (
-    Segment, is_document, restore, sentences_of, spacing_of, split_document, translate_document,
+    Segment, attribute_values, is_document, restore, sentences_of, spacing_of, split_document, translate_document,
+    with_attribute_values,
 )
+from seq2seq.config import DecodeConfig
 from seq2seq.decoding.markup import VOID
 from seq2seq.decoding.translator import Translator
 from seq2seq.errors import UserError
@@ -123,6 +125,36 @@ def test_a_page_is_translated_block_by_block_and_keeps_what_is_not_text(checkpoi
     assert translate_main(["--checkpoint", str(checkpoint), "--input", str(lines), "--output", str(tmp_path / "o"),
                            "--markup", "html", "--device", "cpu", "--beam-size", "1"]) == 0
     assert (tmp_path / "o").read_text(encoding="utf-8").count("\n") == 1
+
+
+def test_attributes_read_as_text_are_rewritten_in_their_quotes_and_nothing_else():
+    tag = """<a data-x=' title=no' href=x TITLE="a &quot;b&quot;" alt=one class='k'>"""
+    assert attribute_values(tag, ["title", "alt", "class"]) == {"title": 'a "b"', "alt": "one", "class": "k"}
+    assert with_attribute_values(tag, {"title": "x < 'y' & \"z\"", "alt": "two", "class": "it's"}) == \
+        """<a data-x=' title=no' href=x TITLE="x &lt; 'y' &amp; &quot;z&quot;" alt="two" class='it&#x27;s'>"""
+    assert with_attribute_values("<input disabled placeholder=a />", {"placeholder": "b"}) == \
+        '<input disabled placeholder="b" />'
+    assert with_attribute_values("<img alt>", {"alt": "b"}) == "<img alt>"  # no value: nothing to translate
+
+
+def test_a_page_translates_the_attributes_people_read(checkpoint):  # noqa: F811
+    pytest.importorskip("sentencex")
+    translator = Translator.from_checkpoint(checkpoint, device="cpu")
+    page = ("<html><head><meta name='description' content='twenty-one'><meta name=viewport content='width=5'>"
+            '</head><body><p>seven <img src="a.png" alt="three hundred"> <a href="/x" title="five">nine</a></p>'
+            '<input placeholder="twelve"><code title="seven">one</code><p translate="no" title="seven">two</p>'
+            '<p aria-label="forty" data-title="eleven">one</p></body></html>')
+    out = translate_document(translator, page, DecodeConfig(beam_size=1))
+    alone = {text: t.text for text, t in zip(["twenty-one", "three hundred", "five", "twelve", "forty"],
+                                               translator.translate(["twenty-one", "three hundred", "five", "twelve",
+                                                                     "forty"], beam_size=1))}
+    assert f"<meta name='description' content='{alone['twenty-one']}'>" in out
+    assert f'<img src="a.png" alt="{alone["three hundred"]}">' in out  # inside a translated paragraph
+    assert f'<a href="/x" title="{alone["five"]}">' in out and f'<input placeholder="{alone["twelve"]}">' in out
+    assert f'aria-label="{alone["forty"]}" data-title="eleven">' in out
+    for kept in ("<meta name=viewport content='width=5'>", '<code title="seven">one</code>',
+                 '<p translate="no" title="seven">two</p>'):
+        assert kept in out, kept
 
 
 def test_without_the_sentence_splitter_a_page_is_a_named_error(checkpoint, monkeypatch):  # noqa: F811

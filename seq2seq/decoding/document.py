@@ -12,7 +12,11 @@ text of every block translated sentence by sentence with its inline markup carri
    element with ``translate="no"`` (and all inside them). Inside a segment such an element is one
    opaque piece carried across like an empty inline element (at the position of the words around
    it), its text unchanged.
-4. **Sentences**: each segment's text is split into sentences (``sentencex``, a maintained rule-based
+4. **Attributes** that people read (``TRANSLATED_ATTRIBUTES``: ``alt``, ``title``, ``placeholder``,
+   ``aria-label``, ``label``, and ``content`` of ``<meta name="description">`` or ``keywords``) are
+   translated as plain text, in the same batches, and written back escaped, quoted as they were; the
+   rest of the tag is kept as written. Not inside the elements left alone.
+5. **Sentences**: each segment's text is split into sentences (``sentencex``, a maintained rule-based
    splitter for the source language), all sentences of the document are translated in batches, and
    the segment's markup is carried across by the word links of its sentences, offset into the
    segment (``markup.transfer``): a tag may span a sentence boundary.
@@ -41,6 +45,11 @@ INLINE = frozenset({"a", "abbr", "b", "bdi", "bdo", "big", "br", "cite", "data",
 KEEP = frozenset({"script", "style", "code", "pre", "textarea", "template"})
 #: the void element that stands for an opaque piece inside a segment while it is translated
 PLACEHOLDER = "seq2seq-keep"
+#: attributes whose values are text for a reader, translated wherever the element is not left alone
+TRANSLATED_ATTRIBUTES = frozenset({"alt", "title", "placeholder", "aria-label", "label"})
+#: ``<meta name=...>`` whose ``content`` is text for a reader
+TRANSLATED_META = frozenset({"description", "keywords", "og:title", "og:description", "twitter:title",
+                             "twitter:description"})
 SPLITTER_MISSING = "translating HTML documents splits sentences with sentencex: pip install 'seq2seq[markup]'"
 
 
@@ -67,6 +76,7 @@ class Event:
     raw: str
     tag: str = ""
     keep: bool = False  # a start tag whose element is left alone (KEEP or translate="no")
+    readable: tuple[str, ...] = ()  # the names of its attributes that are text for a reader (``translated``)
 
 
 class _Events(HTMLParser):
@@ -80,17 +90,17 @@ class _Events(HTMLParser):
         self.events: list[Event] = []
         self.marks: list[int] = []  # offset where each event starts
 
-    def _mark(self, kind: str, tag: str = "", keep: bool = False) -> None:
+    def _mark(self, kind: str, tag: str = "", keep: bool = False, attrs=()) -> None:
         line, column = self.getpos()
         self.marks.append(self.line_starts[line - 1] + column)
-        self.events.append(Event(kind, "", tag, keep))
+        self.events.append(Event(kind, "", tag, keep, readable_attributes(tag, attrs)))
 
     def handle_starttag(self, tag: str, attrs) -> None:
         keep = tag in KEEP or any(k == "translate" and (v or "").strip().lower() == "no" for k, v in attrs)
-        self._mark("startend" if tag in VOID else "start", tag, keep)
+        self._mark("startend" if tag in VOID else "start", tag, keep, attrs)
 
     def handle_startendtag(self, tag: str, attrs) -> None:
-        self._mark("startend", tag)
+        self._mark("startend", tag, attrs=attrs)
 
     def handle_endtag(self, tag: str) -> None:
         self._mark("end", tag)
@@ -115,6 +125,83 @@ class _Events(HTMLParser):
         return self.events
 
 
+def readable_attributes(tag: str, attrs) -> tuple[str, ...]:
+    """The names of ``attrs`` ((name, value) pairs of a start tag) whose values are text for a reader:
+    ``TRANSLATED_ATTRIBUTES`` with a value that has a word, and a text ``<meta>``'s ``content``."""
+    values = dict(attrs)
+    names = [name for name, value in attrs if name in TRANSLATED_ATTRIBUTES and value and WORD.search(value)]
+    if tag == "meta" and (values.get("name") or values.get("property") or "").lower() in TRANSLATED_META \
+            and WORD.search(values.get("content") or ""):
+        names.append("content")
+    return tuple(dict.fromkeys(names))
+
+
+#: one attribute of a start tag, scanned in order (so that a quoted value is never read as attributes):
+#: leading space, name, and optionally "=" with its spacing and the value as written
+ATTRIBUTE = re.compile(r"""(\s+)([^\s"'>/=]+)(?:(\s*=\s*)("[^"]*"|'[^']*'|[^\s"'=<>`]+))?""")
+
+
+def _attributes(raw: str) -> Iterator[re.Match]:
+    """The attributes of the start tag ``raw`` (``<name ...>``), in order."""
+    position = re.match(r"<[^\s/>]*", raw).end()
+    while (match := ATTRIBUTE.match(raw, position)) is not None:
+        yield match
+        position = match.end()
+
+
+def attribute_values(raw: str, names: Sequence[str]) -> dict[str, str]:
+    """The values (entities decoded) of the attributes ``names`` in the start tag ``raw``."""
+    values = {}
+    for match in _attributes(raw):
+        name = match.group(2).lower()
+        if name in names and match.group(4) is not None and name not in values:
+            value = match.group(4)
+            values[name] = html.unescape(value[1:-1] if value[0] in "\"'" else value)
+    return values
+
+
+def with_attribute_values(raw: str, values: dict[str, str]) -> str:
+    """The start tag ``raw`` with each attribute of ``values`` set to that text (escaped, in the quotes it
+    had; an unquoted value gets double quotes); every other byte of the tag as it was."""
+    pieces, done, position = [], set(), 0
+    for match in _attributes(raw):
+        name = match.group(2).lower()
+        if name in values and match.group(4) is not None and name not in done:
+            quote = "'" if match.group(4)[0] == "'" else '"'
+            escaped = html.escape(values[name], quote=False).replace(quote, "&quot;" if quote == '"' else "&#x27;")
+            pieces += [raw[position:match.start(4)], f"{quote}{escaped}{quote}"]
+            position = match.end(4)
+            done.add(name)
+    return "".join(pieces) + raw[position:]
+
+
+def readable_events(events: list[Event]) -> list[Event]:
+    """The start tags of ``events`` with readable attributes, outside the elements left alone."""
+    found, index = [], 0
+    while index < len(events):
+        event = events[index]
+        if event.kind == "start" and event.keep:
+            index = _matching_end(events, index)
+            continue
+        if event.readable:
+            found.append(event)
+        index += 1
+    return found
+
+
+def translate_attributes(translator, readable: list[Event], decode=None) -> None:
+    """Each event of ``readable`` (``readable_events``) with its readable attributes' values translated
+    as plain text (one batch), written into its ``raw``: before the document is split, so that a tag
+    inside a segment is carried across with its new values."""
+    values = [attribute_values(event.raw, event.readable) for event in readable]
+    texts = [" ".join(text.split()) for found in values for text in found.values()]
+    if not texts:
+        return
+    translated = iter(result.text for result in translator.translate(texts, decode))
+    for event, found in zip(readable, values):
+        event.raw = with_attribute_values(event.raw, {name: next(translated) for name in found})
+
+
 @dataclass
 class Segment:
     """A run of text with inline markup: ``raw`` as written (opaque pieces replaced by placeholders,
@@ -127,10 +214,10 @@ class Segment:
     sentences: list[str] = field(default_factory=list)
 
 
-def split_document(document: str) -> list[str | Segment]:
-    """The document as verbatim pieces (str) and ``Segment`` objects to translate, in order; their raw
-    texts concatenate to the document (placeholders put back)."""
-    events = _Events(document).read()
+def split_document(document: str | list[Event]) -> list[str | Segment]:
+    """The document (or its ``_Events``) as verbatim pieces (str) and ``Segment`` objects to translate, in
+    order; their raw texts concatenate to the document (placeholders put back)."""
+    events = _Events(document).read() if isinstance(document, str) else document
     out: list[str | Segment] = []
     pieces: list[str] = []  # the open segment's raw text
     kept: list[str] = []
@@ -234,7 +321,9 @@ def translate_document(translator, document: str, decode=None, align=None, langu
     (default: the model's source language)."""
     from ..config import AlignConfig
 
-    parts = split_document(document)
+    events = _Events(document).read()
+    translate_attributes(translator, readable_events(events), decode)
+    parts = split_document(events)
     segments = [part for part in parts if isinstance(part, Segment)]
     language = language or (translator.languages[0] if translator.languages else "en")
     split = sentence_splitter(language)
