@@ -22,18 +22,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 import numpy as np
+import torch
 
 from ..alignment.guided import own_gold, word_start_table
 from ..alignment.matrices import head_indices, resolve_layer
 from ..config import SELF_GUIDANCE, RunConfig, link_share
 from ..data.batching import Batch
-from ..tokenizer import EOS_ID, Tokenizer
 from ..errors import UserError
 from ..models.base import EncoderDecoder
 from ..nn.alignment_loss import guided_alignment_loss
+from ..tokenizer import EOS_ID, Tokenizer
 
 
 @dataclass
