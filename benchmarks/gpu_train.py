@@ -279,6 +279,7 @@ def part_bleu(args, record: dict, label: str, preset: str, flags: list[str]) -> 
                "--eval-every-minutes", str(args.eval_minutes), "--keep-last", "100", *flags]
     if args.tiny:
         command += ["--d-model", "32", "--heads", "2", "--ff-size", "64", "--layers", "1", "--vocab-size", "200"]
+    command = command[:4] + for_arch(command[4:])
     print(f"[{label}] {' '.join(command)}", flush=True)
     started = time.perf_counter()
     proc = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
