@@ -33,7 +33,8 @@ from pathlib import Path
 from common import ROOT, add_multi30k_flags, copy_tokenizer, preset_command, provenance, shared_tokenizer, write_record
 from seq2seq.io_utils import display_path, markdown_table, read_lines
 
-#: name -> (preset, extra train flags); ``{talp}`` is eflomal's alignment of the training split
+#: name -> (preset, extra train flags); ``{talp}`` is eflomal's alignment of the training split, ``{runs}`` the
+#: runs directory (a variant that continues another needs that one trained first)
 VARIANTS: dict[str, tuple[str, list[str]]] = {
     "rnn": ("rnn-bahdanau", []),
     "rnn-guided": ("rnn-bahdanau", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.5"]),
@@ -43,6 +44,11 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "transformer-guided-0.5": ("transformer", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.5"]),
     "transformer-align": ("transformer-align", ["--guided-alignment", "{talp}"]),  # the preset, eflomal's links shared
     "transformer-self": ("transformer", ["--guided-alignment", "self", "--guided-alignment-weight", "0.5"]),
+    # a trained transformer-align run further: on its own links (self-refinement) or on eflomal's as before
+    "transformer-align-then-self": ("transformer-align", ["--init-from", "{runs}/transformer-align/best.pt",
+                                                          "--guided-alignment", "self", "--self-guidance-warmup", "0"]),
+    "transformer-align-then-eflomal": ("transformer-align", ["--init-from", "{runs}/transformer-align/best.pt",
+                                                             "--guided-alignment", "{talp}"]),
     "transformer-entropy": ("transformer", ["--attention-entropy-weight", "0.1"]),
     "transformer-entmax": ("transformer", ["--attention-normalizer", "entmax15"]),
 }
@@ -90,7 +96,8 @@ def train_commands(args: argparse.Namespace, spm: Path, threads: int | None) -> 
             continue  # finished: reused
         preset, flags = VARIANTS[name]
         copy_tokenizer(spm, run_dir)
-        extra = [flag.replace("{talp}", talp) for flag in flags] + ["--max-minutes", str(args.minutes)]
+        extra = [flag.replace("{talp}", talp).replace("{runs}", str(args.runs)) for flag in flags]
+        extra += ["--max-minutes", str(args.minutes)]
         if threads:
             extra += ["--threads", str(threads)]
         commands.append((name, preset_command(name, preset, args, run_dir, *extra)))
