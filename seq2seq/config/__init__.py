@@ -36,6 +36,7 @@ from .model import (  # noqa: F401
     ARCH_DEFAULTS, ARCH_OPTIONS, ENTMAX_MISSING, FINE_TUNABLE, ModelConfig, check_arch_options, entmax_installed,
 )
 
+
 @dataclass
 class TrainConfig:
     """Optimisation, schedule, evaluation and checkpointing."""
@@ -105,7 +106,6 @@ class TrainConfig:
     threads: int = option(0, "CPU threads (0 = PyTorch's default)")
 
 
-# Defaults that depend on the architecture: a field left None takes the value for its --arch.
 # Defaults that depend on where the run trains, for fields still None after the preset, the file and
 # the flags, and before ARCH_DEFAULTS: a value is either one for every architecture or a dict by
 # architecture. A GPU takes batches several times larger (at CPU-sized batches a small model is bound

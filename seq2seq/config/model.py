@@ -142,6 +142,7 @@ def check_arch_options(layers: Sequence[tuple[str, dict[str, Any]]], arch: str) 
                                 f"would ignore it: drop it, or train --arch {other}")
 
 
+# Defaults that depend on the architecture: a field left None takes the value for its --arch.
 ARCH_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "rnn": {"model": {"dropout": 0.3},
             "data": {"max_tokens": 2000},
