@@ -185,7 +185,7 @@ def test_private_imports_are_reported():
 
 #: Files allowed past ``MAX_LINES``, each with its own ceiling (issue 47 splits them: the config into
 #: a package by concern, the trainer's bookkeeping into functions). The list only shrinks.
-LONG_FILES = {"training/trainer.py": 490, "decoding/translator.py": 440,
+LONG_FILES = {"training/trainer.py": 470, "decoding/translator.py": 440,
               "nn/attention.py": 420}
 MAX_LINES = 400
 
@@ -196,3 +196,38 @@ def test_no_file_grows_past_the_line_cap():
     too_long = {name: n for name, n in lengths.items() if n > LONG_FILES.get(name, MAX_LINES)}
     assert too_long == {}, f"split these by concern (limit {MAX_LINES} lines; LONG_FILES): {too_long}"
     assert all(lengths.get(name, 0) > MAX_LINES for name in LONG_FILES), "a file got short: drop it from LONG_FILES"
+
+
+def public_names(source: str) -> list[str]:
+    """The public names a module defines at its top level: functions, classes and assigned constants
+    (``main``, a command's entry point, and names starting with ``_`` are not counted)."""
+    names = []
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            names += [target.id for target in node.targets if isinstance(target, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.append(node.target.id)
+    return [name for name in names if not name.startswith("_") and name != "main"]
+
+
+def test_no_public_name_that_nothing_uses():
+    """Every public top-level name of the package is used somewhere besides its definition: in the package,
+    the tests or the benchmarks (a word count over their sources; a name used only where it is defined
+    counts, its module uses it). Dead code goes; a name only a module itself needs starts with ``_``."""
+    import collections
+    import re
+
+    sources = [path.read_text(encoding="utf-8") for folder in (PACKAGE, PACKAGE.parent / "tests",
+                                                               PACKAGE.parent / "benchmarks")
+               for path in folder.rglob("*.py")]
+    words = collections.Counter(word for source in sources for word in re.findall(r"[A-Za-z_]\w*", source))
+    unused = sorted(f"{path.relative_to(PACKAGE)}: {name}" for path in PACKAGE.rglob("*.py")
+                    for name in public_names(path.read_text(encoding="utf-8")) if words[name] <= 1)
+    assert unused == [], f"nothing uses these: delete them (or start them with _ if kept on purpose): {unused}"
+
+
+def test_public_names_are_read_from_the_top_level():
+    source = "X = 1\n_y = 2\nZ: int = 3\ndef f():\n    inner = 4\nclass C:\n    attr = 5\ndef main(): pass\n"
+    assert public_names(source) == ["X", "Z", "f", "C"]
