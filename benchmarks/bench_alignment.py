@@ -43,6 +43,9 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "transformer-guided-0.05": ("transformer", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.05"]),
     "transformer-guided-0.5": ("transformer", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.5"]),
     "transformer-align": ("transformer-align", ["--guided-alignment", "{talp}"]),  # the preset, eflomal's links shared
+    "transformer-align-weight-1": ("transformer-align", ["--guided-alignment", "{talp}", "--guided-alignment-weight",
+                                                         "1.0"]),
+    "transformer-align-two-heads": ("transformer-align", ["--guided-alignment", "{talp}", "--guided-heads", "0", "1"]),
     "transformer-self": ("transformer", ["--guided-alignment", "self", "--guided-alignment-weight", "0.5"]),
     # a trained transformer-align run further: on its own links (self-refinement) or on eflomal's as before
     "transformer-align-then-self": ("transformer-align", ["--init-from", "{runs}/transformer-align/best.pt",
