@@ -13,8 +13,8 @@ text of every block translated sentence by sentence with its inline markup carri
    opaque piece carried across like an empty inline element (at the position of the words around
    it), its text unchanged.
 4. **Attributes** that people read (``TRANSLATED_ATTRIBUTES``: ``alt``, ``title``, ``placeholder``,
-   ``aria-label``, ``label``, and ``content`` of ``<meta name="description">`` or ``keywords``) are
-   translated as plain text, in the same batches, and written back escaped, quoted as they were; the
+   ``aria-label``, ``label``, and ``content`` of a text ``<meta>``: ``TRANSLATED_META``) are translated
+   as plain text, in one batch before the blocks, and written back escaped, quoted as they were; the
    rest of the tag is kept as written. Not inside the elements left alone.
 5. **Sentences**: each segment's text is split into sentences (``sentencex``, a maintained rule-based
    splitter for the source language), all sentences of the document are translated in batches, and
@@ -47,7 +47,7 @@ KEEP = frozenset({"script", "style", "code", "pre", "textarea", "template"})
 PLACEHOLDER = "seq2seq-keep"
 #: attributes whose values are text for a reader, translated wherever the element is not left alone
 TRANSLATED_ATTRIBUTES = frozenset({"alt", "title", "placeholder", "aria-label", "label"})
-#: ``<meta name=...>`` whose ``content`` is text for a reader
+#: ``<meta name=...>`` (or ``property=...``) whose ``content`` is text for a reader
 TRANSLATED_META = frozenset({"description", "keywords", "og:title", "og:description", "twitter:title",
                              "twitter:description"})
 SPLITTER_MISSING = "translating HTML documents splits sentences with sentencex: pip install 'seq2seq[markup]'"
@@ -76,7 +76,7 @@ class Event:
     raw: str
     tag: str = ""
     keep: bool = False  # a start tag whose element is left alone (KEEP or translate="no")
-    readable: tuple[str, ...] = ()  # the names of its attributes that are text for a reader (``translated``)
+    readable: tuple[str, ...] = ()  # its attributes that are text for a reader (``readable_attributes``)
 
 
 class _Events(HTMLParser):
