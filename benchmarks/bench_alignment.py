@@ -43,6 +43,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "transformer-guided-0.05": ("transformer", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.05"]),
     "transformer-guided-0.5": ("transformer", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.5"]),
     "transformer-align": ("transformer-align", ["--guided-alignment", "{talp}"]),  # the preset, eflomal's links shared
+    "transformer-align-weight-0.5": ("transformer-align", ["--guided-alignment", "{talp}",
+                                                           "--guided-alignment-weight", "0.5"]),  # the preset before
     "transformer-align-weight-1": ("transformer-align", ["--guided-alignment", "{talp}", "--guided-alignment-weight",
                                                          "1.0"]),
     "transformer-align-two-heads": ("transformer-align", ["--guided-alignment", "{talp}", "--guided-heads", "0", "1"]),
