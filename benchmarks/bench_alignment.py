@@ -47,6 +47,10 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
                                                            "--guided-alignment-weight", "0.5"]),  # the preset before
     "transformer-align-weight-1": ("transformer-align", ["--guided-alignment", "{talp}", "--guided-alignment-weight",
                                                          "1.0"]),
+    "transformer-align-weight-2": ("transformer-align", ["--guided-alignment", "{talp}", "--guided-alignment-weight",
+                                                         "2.0"]),
+    "transformer-align-weight-3": ("transformer-align", ["--guided-alignment", "{talp}", "--guided-alignment-weight",
+                                                         "3.0"]),
     "transformer-align-two-heads": ("transformer-align", ["--guided-alignment", "{talp}", "--guided-heads", "0", "1"]),
     "transformer-self": ("transformer", ["--guided-alignment", "self", "--guided-alignment-weight", "0.5"]),
     # a trained transformer-align run further: on its own links (self-refinement) or on eflomal's as before
