@@ -133,9 +133,68 @@ def test_translate_with_markup_translates_the_text_as_without_tags(checkpoint, t
     assert translate_main(["--checkpoint", str(checkpoint), "--input", str(source), "--output", str(target),
                            "--markup", "xml", "--device", "cpu", "--quiet"]) == 2
     assert "input line 2: <b> is never closed" in capsys.readouterr().err
-    assert translate_main(["--checkpoint", str(checkpoint), "--input", str(source), "--markup", "html",
-                           "--n-best", "2", "--device", "cpu"]) == 2
-    assert "does not combine with --n-best" in capsys.readouterr().err
+
+
+def test_markup_combines_with_n_best_jsonl_prefixes_constraints_references_and_alignments(
+        checkpoint, tmp_path, capsys):  # noqa: F811
+    """Every hypothesis of an n-best list carries the tags by its own links; jsonl keeps the source as given and
+    adds each hypothesis's markup; a prefix is plain text (tags in it: a named error); references are scored
+    without their tags; the alignments are those of the text without tags; an HTML document refuses the
+    per-line options by name."""
+    import json
+
+    translator = Translator.from_checkpoint(checkpoint, device="cpu")
+    lines = ["<b>twenty-one</b> and <i>three</i>", "seven <u>thousand</u>"]
+    plain = [TAG.sub("", line) for line in lines]
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def run(*flags: str, output: str = "out.txt") -> int:
+        return translate_main(["--checkpoint", str(checkpoint), "--input", str(source), "--output",
+                               str(tmp_path / output), "--markup", "html", "--device", "cpu", *flags])
+
+    assert run("--n-best", "2", "--beam-size", "3") == 0
+    best = translator.translate(plain, beam_size=3, n_best=2)
+    rows = [row.split(" ||| ") for row in (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()]
+    expected = [(str(i), alt.text) for i, result in enumerate(best) for alt in result.alternatives]
+    assert [(index, " ".join(TAG.sub("", text).split())) for index, text, _ in rows] == expected
+    for (index, text, _), (i, _) in zip(rows, expected):
+        assert sorted(TAG.findall(text)) == sorted(TAG.findall(lines[int(i)]))
+        well_formed(text)
+
+    assert run("--output-format", "jsonl", "--n-best", "2", "--beam-size", "3", output="out.jsonl") == 0
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [r["source"] for r in records] == lines
+    assert [r["markup"] for r in records] == [row[1] for row in rows[::2]]
+    assert [[h["markup"] for h in r["n_best"]] for r in records] == [[row[1] for row in rows[k:k + 2]]
+                                                                     for k in (0, 2)]
+
+    prefix = tmp_path / "prefix.txt"
+    prefix.write_text("drei und\nsieben\n", encoding="utf-8")
+    assert run("--prefix", str(prefix), output="prefixed.txt") == 0
+    prefixed = (tmp_path / "prefixed.txt").read_text(encoding="utf-8").splitlines()
+    assert [TAG.sub("", line).split()[:2] for line in prefixed] == [["drei", "und"], ["sieben"]]
+    # the output itself as the reference, tags and all: scored without them, chrF 100
+    assert run("--prefix", str(prefix), "--reference", str(tmp_path / "prefixed.txt")) == 0
+    assert "chrF2 = 100.00" in capsys.readouterr().err
+    prefix.write_text("<b>drei</b> und\n\n", encoding="utf-8")
+    assert run("--prefix", str(prefix)) == 2
+    assert "--prefix line 1 has tags" in capsys.readouterr().err
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("\ntausend\n", encoding="utf-8")
+    assert run("--constraints", str(constraints)) == 0
+    assert "tausend" in TAG.sub("", (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()[1])
+
+    assert run(output="marked.txt") == 0
+    assert run("--alignments", str(tmp_path / "align.jsonl")) == 0
+    aligned = [json.loads(line) for line in (tmp_path / "align.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [r["target"] for r in aligned] == [t.text for t in translator.translate(plain)]
+    assert (tmp_path / "out.txt").read_text(encoding="utf-8") == (tmp_path / "marked.txt").read_text(encoding="utf-8")
+
+    source.write_text("<!DOCTYPE html><html><body><p>seven <b>thousand</b></p></body></html>\n", encoding="utf-8")
+    assert run("--n-best", "2", "--prefix", str(prefix)) == 2
+    assert "is an HTML document, translated into the same document; it does not combine with --n-best, --prefix" \
+        in capsys.readouterr().err
 
 
 def test_a_backward_model_places_the_tags_by_the_symmetrized_links(checkpoint, tmp_path):  # noqa: F811

@@ -232,20 +232,53 @@ def word_links(pharaoh: str, n_source: int, n_target: int, record_source: int, r
 
 
 def translate_markup(translator, lines: Sequence[str], mode: str, decode=None, align=None,
-                     first_line: int = 1, backward=None) -> list[str]:
+                     first_line: int = 1, backward=None, prefix: Sequence[str] | None = None,
+                     constraints: Sequence[Sequence[str]] | None = None) -> list[str]:
     """Translate ``lines`` of text with inline markup (``mode`` "xml" or "html") with ``translator``
     (a ``Translator``; ``decode`` a ``DecodeConfig``), each element carried across by the word links
     of ``align`` (an ``AlignConfig``; default: the model's supervised heads where it was trained
     with guided alignment, else ``seq2seq translate``'s default layer), symmetrized with a target->source
-    model's where ``backward`` (a ``BackwardAligner``) is given. Errors name the line."""
+    model's where ``backward`` (a ``BackwardAligner``) is given; the best translation of each line.
+    ``prefix`` and ``constraints``, one per line, as ``Translator.translate`` takes them: plain target text
+    (``plain_prefixes``). Errors name the line."""
     from ..config import AlignConfig
 
     parsed = [parse(line, mode, f"input line {first_line + k}") for k, line in enumerate(lines)]
     align = (align or AlignConfig()).for_model(translator.supervised_attention)
-    results = translator.translate([text for text, _ in parsed], decode, need_attention=True, first_line=first_line)
-    links = element_links(results, [text for text, _ in parsed], [bool(e) for _, e in parsed], align, backward)
-    return [carry(result, text, elements, align, k, own)
-            for k, ((text, elements), result, own) in enumerate(zip(parsed, results, links))]
+    results = translator.translate([text for text, _ in parsed], decode, need_attention=True, first_line=first_line,
+                                   prefix=None if prefix is None else plain_prefixes(prefix, mode, first_line),
+                                   constraints=constraints)
+    return [hypotheses[0] for hypotheses in mark_translations(results, parsed, align, backward)]
+
+
+def mark_translations(results: Sequence, parsed: Sequence[tuple[str, list[Element]]], align, backward=None
+                      ) -> list[list[str]]:
+    """Per translation ``results[k]`` (a ``Translation`` with its attention) of the text of ``parsed[k]``
+    (``parse``), each of its hypotheses (best first: ``Translation.alternatives``, an n-best list) with
+    ``parsed[k]``'s elements carried across by its own word links (``element_links``: ``align``, and
+    ``backward`` where given)."""
+    hypotheses = [(k, h) for k, result in enumerate(results) for h in (result.alternatives or [result])]
+    links = element_links([h for _, h in hypotheses], [parsed[k][0] for k, _ in hypotheses],
+                          [bool(parsed[k][1]) for k, _ in hypotheses], align, backward)
+    marked: list[list[str]] = [[] for _ in results]
+    for (k, hypothesis), own in zip(hypotheses, links):  # transfer sets every element's span anew each time
+        marked[k].append(carry(hypothesis, parsed[k][0], parsed[k][1], align, k, own))
+    return marked
+
+
+def plain_prefixes(prefixes: Sequence[str], mode: str, first_line: int = 1, flag: str = "--prefix") -> list[str]:
+    """Target prefixes for sentences with markup: their text (entities read as the characters they stand
+    for, as in the source); a prefix with tags is an error naming its line (the source's tags are placed by
+    the alignments, after the search)."""
+    texts = []
+    for k, prefix in enumerate(prefixes):
+        text, elements = parse(prefix, mode, f"{flag} line {first_line + k}")
+        if elements:
+            raise UserError(f"{flag} line {first_line + k} has tags ({prefix!r}); with --markup a prefix is the "
+                            "plain text the translation starts with: the source's tags are carried across after "
+                            "the search")
+        texts.append(text)
+    return texts
 
 
 def sentence_links(result, text: str, align, index: int = 0) -> set[tuple[int, int]]:

@@ -32,7 +32,7 @@ import numpy as np
 from ..decoding.ensemble import EnsembleModel
 from ..decoding.forced_alignment import BackwardAligner
 from ..decoding.document import page_or_lines, translate_document
-from ..decoding.markup import translate_markup
+from ..decoding.markup import MODES as MARKUP_MODES, mark_translations, parse, plain_prefixes
 from ..decoding.translator import Translation, Translator
 from ..config import AlignConfig, AttributionConfig, DecodeConfig
 from ..errors import UserError
@@ -95,18 +95,24 @@ def translate_stream(job: TranslateJob) -> int:
                                              shortlist_sizes=job.shortlist_sizes, engine=job.engine)
     backward = _backward_aligner(job, translator)  # reads its own supervised attention: before for_model
     job = dataclasses.replace(job, align=job.align.for_model(translator.supervised_attention))
+    interactive = job.input in (None, "-") and sys.stdin.isatty()
+    chunk_size = 1 if interactive else decode.batch * 16
+    document, lines = page_or_lines(job.input, "--input", job.markup == "html" and not interactive)
+    if document is not None:
+        _check_document(job)
     references = read_lines(job.reference, "--reference") if job.reference else None
+    if references is not None and job.markup:  # scored as translated: the text without its tags
+        references = [parse(line, job.markup, f"--reference line {k + 1}")[0] for k, line in enumerate(references)]
     per_line = {flag: (path, read_lines(path, flag))  # files with one line per input line
                 for flag, path in (("--prefix", job.prefix), ("--contrast", job.contrast),
                                    ("--constraints", job.constraints)) if path}
     prefixes, contrasts, constraint_lines = (per_line[flag][1] if flag in per_line else None
                                              for flag in ("--prefix", "--contrast", "--constraints"))
+    if prefixes is not None and job.markup:
+        prefixes = plain_prefixes(prefixes, job.markup)
     constraints = None if constraint_lines is None else [line.split("\t") for line in constraint_lines]
-    interactive = job.input in (None, "-") and sys.stdin.isatty()
-    chunk_size = 1 if interactive else decode.batch * 16
     texts: list[str] = []  # kept only for --reference scoring
     done = 0
-    document, lines = page_or_lines(job.input, "--input", job.markup == "html" and not interactive)
     with ExitStack() as stack:
         out = stack.enter_context(atomic_output(job.output))
         if document is not None:
@@ -116,22 +122,20 @@ def translate_stream(job: TranslateJob) -> int:
                 else None)
         for chunk in chunks(lines, chunk_size):
             _check_per_line(per_line, job.input, done + len(chunk), final=False)
-            if job.markup:
-                texts_out = translate_markup(translator, chunk, job.markup, decode, job.align, first_line=done + 1,
-                                             backward=backward)
-                out.write("".join(text + "\n" for text in texts_out))
-                done += len(chunk)
-                continue
+            parsed = None if not job.markup else [parse(line, job.markup, f"input line {done + 1 + k}")
+                                                  for k, line in enumerate(chunk)]
             results = translator.translate(
-                chunk, decode, prefix=None if prefixes is None else prefixes[done:done + len(chunk)],
+                chunk if parsed is None else [text for text, _ in parsed], decode,
+                prefix=None if prefixes is None else prefixes[done:done + len(chunk)],
                 constraints=None if constraints is None else constraints[done:done + len(chunk)],
-                need_attention=job.need_attention, first_line=done + 1,
+                need_attention=job.need_attention or parsed is not None, first_line=done + 1,
                 confidence=job.output_format == "jsonl" or bool(job.html),  # the viewer shades by it
             )
+            marked = None if parsed is None else mark_translations(results, parsed, job.align, backward)
             if job.output_format == "jsonl":
-                _write_jsonl(out, results, done)
+                _write_jsonl(out, results, done, marked, chunk)
             else:
-                _write_results(out, results, done, decode.n_best)
+                _write_results(out, results, done, decode.n_best, marked)
             if sink is not None:
                 sink.add(results, first_index=done)
             if references is not None:
@@ -169,16 +173,23 @@ def _backward_aligner(job: TranslateJob, translator: Translator) -> BackwardAlig
 
 
 def _check_markup(job: TranslateJob) -> None:
-    """--markup writes one marked-up line per input line: the options that write something else are named."""
-    if job.markup is None:
-        return
+    """--markup's mode is known before any model loads."""
+    if job.markup is not None and job.markup not in MARKUP_MODES:
+        raise UserError(f"--markup must be one of {', '.join(MARKUP_MODES)}, got {job.markup!r}")
+
+
+def _check_document(job: TranslateJob) -> None:
+    """An HTML document in comes out as the same document translated: the options that write or read
+    something per input line are named."""
     others = {"--n-best": job.decode.n_best > 1, "--output-format jsonl": job.output_format == "jsonl",
               "--alignments": job.alignments, "--plot-dir": job.plot_dir, "--html": job.html,
-              "--reference": job.reference, "--prefix": job.prefix, "--constraints": job.constraints}
+              "--reference": job.reference, "--prefix": job.prefix, "--constraints": job.constraints,
+              "--contrast": job.contrast}
     clash = [flag for flag, given in others.items() if given]
     if clash:
-        raise UserError(f"--markup writes one marked-up translation per input line; it does not combine with "
-                        f"{', '.join(clash)} yet: drop {'it' if len(clash) == 1 else 'them'} or --markup")
+        raise UserError(f"--input {job.input} is an HTML document, translated into the same document; it does not "
+                        f"combine with {', '.join(clash)}, which work per line: give the sentences one per line "
+                        f"(inline tags kept with --markup html), or drop {'it' if len(clash) == 1 else 'them'}")
 
 
 def _check_attribution(job: TranslateJob) -> None:
@@ -210,28 +221,36 @@ def _check_attribution(job: TranslateJob) -> None:
                         f"source), got {job.attribution.samples}")
 
 
-def _write_results(out, results: list[Translation], offset: int, n_best: int) -> None:
+def _write_results(out, results: list[Translation], offset: int, n_best: int,
+                   marked: list[list[str]] | None = None) -> None:
+    """One line per input, or with ``--n-best`` ``index ||| text ||| score`` per hypothesis; ``marked``
+    (``--markup``): each hypothesis's text with the source's tags carried across, in its place."""
     for i, result in enumerate(results):
+        hypotheses = result.alternatives or [result]
+        texts = [h.text for h in hypotheses] if marked is None else marked[i]
         if n_best == 1:
-            out.write(result.text + "\n")
+            out.write(texts[0] + "\n")
         else:
-            for alt in result.alternatives or [result]:
-                out.write(f"{offset + i} ||| {alt.text} ||| {alt.score:.4f}\n")
+            for alt, text in zip(hypotheses, texts):
+                out.write(f"{offset + i} ||| {text} ||| {alt.score:.4f}\n")
     out.flush()
 
 
-def _write_jsonl(out, results: list[Translation], offset: int) -> None:
+def _write_jsonl(out, results: list[Translation], offset: int, marked: list[list[str]] | None = None,
+                 lines: list[str] | None = None) -> None:
     """``--output-format jsonl``: per input line one object: its index, source, best translation with
     score, log_prob and per-token / per-word confidence (``Translation.confidence``), and with
-    ``--n-best`` the whole list best first (docs/formats.md)."""
-    def hypothesis(t: Translation) -> dict:
-        return {"translation": t.text, "score": t.score, "log_prob": t.log_prob,
-                **(t.confidence() or {"tokens": [], "words": []})}
+    ``--n-best`` the whole list best first (docs/formats.md). With ``marked`` (``--markup``) the source is
+    the input ``lines`` as given, and each hypothesis has its ``markup``: the translation with the tags."""
+    def hypothesis(t: Translation, i: int, rank: int) -> dict:
+        return {"translation": t.text, **({} if marked is None else {"markup": marked[i][rank]}),
+                "score": t.score, "log_prob": t.log_prob, **(t.confidence() or {"tokens": [], "words": []})}
 
     for i, result in enumerate(results):
-        record = {"index": offset + i, "source": result.source, **hypothesis(result)}
+        source = result.source if marked is None or lines is None else lines[i]
+        record = {"index": offset + i, "source": source, **hypothesis(result, i, 0)}
         if len(result.alternatives) > 1:
-            record["n_best"] = [hypothesis(t) for t in result.alternatives]
+            record["n_best"] = [hypothesis(t, i, rank) for rank, t in enumerate(result.alternatives)]
         out.write(json.dumps(record, ensure_ascii=False) + "\n")
     out.flush()
 
