@@ -30,7 +30,7 @@ from seq2seq.alignment.links import parse_pharaoh, to_pharaoh  # noqa: E402
 from seq2seq.cli import serve as serve_cli  # noqa: E402
 from seq2seq.config import AlignConfig  # noqa: E402
 from seq2seq.decoding.forced_alignment import BackwardAligner  # noqa: E402
-from seq2seq.decoding.markup import translate_markup  # noqa: E402
+from seq2seq.decoding.markup import mark_translations, parse, translate_markup  # noqa: E402
 from seq2seq.decoding.translator import Translator  # noqa: E402
 from seq2seq.errors import UserError  # noqa: E402
 from seq2seq.models import compiled  # noqa: E402
@@ -165,6 +165,14 @@ def test_a_backward_model_symmetrizes_the_alignments_as_translate_does(translato
     with TestClient(create_app(translator, ServeSettings(), backward=aligner)) as client:
         marked = client.post("/translate", json={"sentences": lines, "markup": "html"}).json()["translations"]
     assert [r["markup"] for r in marked] == translate_markup(translator, lines, "html", backward=aligner)
+    with TestClient(create_app(translator, ServeSettings(), backward=aligner)) as client:  # n-best: each its own
+        listed = client.post("/translate", json={"sentences": lines, "markup": "html", "beam_size": 3,
+                                                 "n_best": 2}).json()["translations"]
+    parsed = [parse(line, "html") for line in lines]
+    expected = mark_translations(translator.translate([text for text, _ in parsed], beam_size=3, n_best=2), parsed,
+                                 AlignConfig().for_model(translator.supervised_attention), aligner)
+    assert [[r["markup"]] + [a["markup"] for a in r["alternatives"]] for r in listed] == expected
+    assert all(len(hypotheses) == 2 for hypotheses in expected)
 
 
 def test_unset_options_are_the_servers_defaults_and_outputs_come_without_matrices(translator):

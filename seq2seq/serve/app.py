@@ -23,7 +23,7 @@ from fastapi import FastAPI, HTTPException, Request, Response
 
 from ..version import __version__
 from ..decoding.forced_alignment import BackwardAligner
-from ..decoding.markup import carry, element_links, parse
+from ..decoding.markup import mark_translations, parse
 from ..decoding.translator import Translation, Translator
 from ..errors import UserError
 from ..models.compiled import BackgroundCompile
@@ -193,14 +193,10 @@ def response_bytes(translations: list[Translation], settings: ServeSettings, ali
     sentence's plain text and elements) the tags carried across, and ``sources`` as sent; with
     ``backward`` the best hypotheses' alignments symmetrized (``symmetrize``)."""
     results = []
-    links = None  # with markup and a backward model: each sentence's symmetrized links place its tags
-    if markup is not None and backward is not None:
-        links = element_links(translations, [text for text, _ in markup], [bool(e) for _, e in markup], settings.align,
-                              backward)
+    # every hypothesis with the tags, by its own links (symmetrized with a backward model's where there is one)
+    marked = None if markup is None else mark_translations(translations, markup, settings.align, backward)
     for i, t in enumerate(translations):
-        own = None if links is None else links[i]
-        marked = None if markup is None else carry(t, *markup[i], settings.align, i, own)
-        result = sentence_json(t, i, settings, alignments, attention, confidence, marked)
+        result = sentence_json(t, i, settings, alignments, attention, confidence, None if marked is None else marked[i])
         if markup is not None and sources is not None:
             result["source"] = sources[i]
         results.append(result)

@@ -94,6 +94,8 @@ class Confidence(BaseModel):
 
 class Hypothesis(BaseModel):
     translation: str
+    markup: str | None = Field(None, description="with a request's markup: this translation with the source's tags "
+                                                 "(well formed; 'translation' is the text without them)")
     score: float = Field(description="length-penalised log-probability (the ranking score)")
     log_prob: float
     confidence: Confidence | None = Field(None, description="when asked for")
@@ -103,8 +105,6 @@ class Hypothesis(BaseModel):
 
 class SentenceResult(Hypothesis):
     source: str
-    markup: str | None = Field(None, description="with a request's markup: the translation with the source's tags "
-                                                 "(well formed; 'translation' is the text without them)")
     alternatives: list[Hypothesis] = Field(description="the rest of the n-best list, next best first")
 
 
@@ -165,12 +165,17 @@ def hypothesis_json(translation: Translation, index: int, settings: ServeSetting
 
 
 def sentence_json(translation: Translation, index: int, settings: ServeSettings, alignments: bool,
-                  attention: bool, confidence: bool = False, markup: str | None = None) -> dict[str, Any]:
-    """One input's ``SentenceResult`` dict: the best hypothesis and the rest of the n-best list."""
+                  attention: bool, confidence: bool = False, markup: list[str] | None = None) -> dict[str, Any]:
+    """One input's ``SentenceResult`` dict: the best hypothesis and the rest of the n-best list; ``markup``:
+    each hypothesis's translation with the source's tags, best first."""
+    def marked(rank: int) -> dict[str, str]:
+        return {} if markup is None else {"markup": markup[rank]}
+
     rest = translation.alternatives[1:]
-    return {"source": translation.source, **({"markup": markup} if markup is not None else {}),
+    return {"source": translation.source, **marked(0),
             **hypothesis_json(translation, index, settings, alignments, attention, confidence),
-            "alternatives": [hypothesis_json(t, index, settings, alignments, attention, confidence) for t in rest]}
+            "alternatives": [{**marked(rank), **hypothesis_json(t, index, settings, alignments, attention, confidence)}
+                             for rank, t in enumerate(rest, start=1)]}
 
 
 def _alignment(translation: Translation, index: int, settings: ServeSettings) -> dict[str, Any]:
