@@ -249,7 +249,8 @@ def test_the_markup_benchmark_scores_placement_against_gold_links(checkpoint, tm
                           capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads(out.read_text())
-    assert record["benchmark"] == "markup" and record["pairs"] == 6 and set(record["results"]) == {"eflomal", "run"}
+    assert record["benchmark"] == "markup" and record["pairs"] == 6 and set(record["results"]) == {
+        "gold, sure links only", "eflomal", "run"}
     for result in record["results"].values():
         assert result["spans"] > 0 and 0 <= result["exact"] <= result["overlap"] <= 1 and result["well_formed"] == 1
     assert "| eflomal |" in (tmp_path / "markup.md").read_text()
