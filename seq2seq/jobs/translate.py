@@ -21,7 +21,6 @@ own attention, matrices and links.
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from ..decoding.translator import Translation, Translator
 from ..config import AlignConfig, AttributionConfig, DecodeConfig
 from ..errors import UserError
 from ..io_utils import atomic_output, chunks, read_lines
+from .outputs import write_jsonl, write_text
 from ..metrics import corpus_scores
 from ..runtime import LOGGER
 from ..alignment.matrices import check_layer_heads
@@ -133,9 +133,9 @@ def translate_stream(job: TranslateJob) -> int:
             )
             marked = None if parsed is None else mark_translations(results, parsed, job.align, backward)
             if job.output_format == "jsonl":
-                _write_jsonl(out, results, done, marked, chunk)
+                write_jsonl(out, results, done, marked, chunk)
             else:
-                _write_results(out, results, done, decode.n_best, marked)
+                write_text(out, results, done, decode.n_best, marked)
             if sink is not None:
                 sink.add(results, first_index=done)
             if references is not None:
@@ -219,40 +219,6 @@ def _check_attribution(job: TranslateJob) -> None:
     if set(PERTURBATION_METHODS) & set(methods) and job.attribution.samples < min_samples(1):
         raise UserError(f"--attribution-samples must be >= {min_samples(1)} (2 (words + 1) for a one-word "
                         f"source), got {job.attribution.samples}")
-
-
-def _write_results(out, results: list[Translation], offset: int, n_best: int,
-                   marked: list[list[str]] | None = None) -> None:
-    """One line per input, or with ``--n-best`` ``index ||| text ||| score`` per hypothesis; ``marked``
-    (``--markup``): each hypothesis's text with the source's tags carried across, in its place."""
-    for i, result in enumerate(results):
-        hypotheses = result.alternatives or [result]
-        texts = [h.text for h in hypotheses] if marked is None else marked[i]
-        if n_best == 1:
-            out.write(texts[0] + "\n")
-        else:
-            for alt, text in zip(hypotheses, texts):
-                out.write(f"{offset + i} ||| {text} ||| {alt.score:.4f}\n")
-    out.flush()
-
-
-def _write_jsonl(out, results: list[Translation], offset: int, marked: list[list[str]] | None = None,
-                 lines: list[str] | None = None) -> None:
-    """``--output-format jsonl``: per input line one object: its index, source, best translation with
-    score, log_prob and per-token / per-word confidence (``Translation.confidence``), and with
-    ``--n-best`` the whole list best first (docs/formats.md). With ``marked`` (``--markup``) the source is
-    the input ``lines`` as given, and each hypothesis has its ``markup``: the translation with the tags."""
-    def hypothesis(t: Translation, i: int, rank: int) -> dict:
-        return {"translation": t.text, **({} if marked is None else {"markup": marked[i][rank]}),
-                "score": t.score, "log_prob": t.log_prob, **(t.confidence() or {"tokens": [], "words": []})}
-
-    for i, result in enumerate(results):
-        source = result.source if marked is None or lines is None else lines[i]
-        record = {"index": offset + i, "source": source, **hypothesis(result, i, 0)}
-        if len(result.alternatives) > 1:
-            record["n_best"] = [hypothesis(t, i, rank) for rank, t in enumerate(result.alternatives)]
-        out.write(json.dumps(record, ensure_ascii=False) + "\n")
-    out.flush()
 
 
 def _print_scores(texts: list[str], references: list[str], job: TranslateJob) -> None:
