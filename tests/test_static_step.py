@@ -224,8 +224,9 @@ def test_a_failed_background_compile_leaves_the_model_eager_and_says_why(trained
     _assert_same(greedy_search(model, *sentence, need_attention=False), want)
 
 
-def test_a_background_compile_of_an_ensemble_compiles_its_transformers_and_an_rnn_has_nothing_to_compile(
-        trained, monkeypatch):
+def test_a_background_compile_of_an_ensemble_compiles_every_member(trained, monkeypatch):
+    """A Transformer and an RNN member each get their compiled parts, attached only when all are ready; a model
+    with nothing to compile is "off" (its warm-up never runs)."""
     monkeypatch.setattr(compiled, "BACKEND", "eager")
     rnn, transformer = make_model("bahdanau").eval(), make_model("transformer-pre").eval()
     ensemble = EnsembleModel([rnn, transformer])
@@ -235,10 +236,39 @@ def test_a_background_compile_of_an_ensemble_compiles_its_transformers_and_an_rn
 
     def warm_up(view):
         seen.append([getattr(m, "compiled_step", None) is not None for m in getattr(view, "members", [view])])
-        assert transformer.compiled_step is None  # the model's own members are untouched until ready
+        assert transformer.compiled_step is None and rnn.compiled_step is None  # untouched until ready
         beam_search(view, *sentence, beam_size=2)
 
     assert compiled.BackgroundCompile(ensemble, warm_up).start().wait(60) == "ready"
-    assert seen == [[False, True]] and list(ensemble.members) == [rnn, transformer]
-    assert transformer.static_cache and transformer.compiled_step.graphs and getattr(rnn, "compiled_step", None) is None
-    assert compiled.BackgroundCompile(make_model("bahdanau"), warm_up).start().wait(60) == "off" and len(seen) == 1
+    assert seen == [[True, True]] and list(ensemble.members) == [rnn, transformer]
+    assert transformer.static_cache and transformer.compiled_step.graphs
+    assert not hasattr(rnn, "static_cache") and rnn.compiled_encode is None and rnn.compiled_step.graphs == {
+        (rows, False, True, True, torch.get_num_threads()) for rows in (1, 2)}  # beam 2: its first step, then 2 rows
+    assert compiled.BackgroundCompile(torch.nn.Linear(2, 2), warm_up).start().wait(60) == "off" and len(seen) == 1
+
+
+@pytest.mark.parametrize("variant", ["bahdanau", "luong-general", "bahdanau-lstm-2layer", "luong-no-feeding"])
+def test_the_compiled_rnn_step_decodes_every_search_like_the_eager_one(variant, monkeypatch):
+    """Every search of lone sentences through the RNN's compiled step (Dynamo's graphs and guards; the
+    "eager" backend generates no code, so outputs are equal) gives the eager outputs; one graph per row count,
+    attention and shortlist; a batch of sentences stays eager. What Inductor's
+    code changes is measured by benchmarks/bench_rnn_step.py (logits within 3e-7)."""
+    monkeypatch.setattr(compiled, "BACKEND", "eager")
+    model = make_model(variant).eval()
+    src, mask, _, _ = reverse_batch(3, torch.Generator().manual_seed(5))
+    sentences = [single(src, mask, i) for i in range(3)]
+    runs = _searches(model)
+    want = {name: [run(*s)[0] for s in sentences] for name, run in runs.items()}
+    batch = beam_search(model, src, mask, beam_size=3, need_attention=False)
+    assert compile_decoding(model) and model.compiled_step is not None and not hasattr(model, "static_cache")
+    for name, run in runs.items():
+        _assert_same([run(*s)[0] for s in sentences], want[name])
+    threads = torch.get_num_threads()
+    # greedy, beam 4, a shortlist's beam 3 (attention comes from a teacher-forced pass after the search)
+    assert {(1, False, True, True, threads), (4, False, True, True, threads), (3, False, False, True, threads)} <= \
+        model.compiled_step.graphs
+    graphs = set(model.compiled_step.graphs)
+    again = beam_search(model, src, mask, beam_size=3, need_attention=False)  # three sentences: eager
+    assert model.compiled_step.graphs == graphs
+    for got, expected in zip(again, batch):
+        _assert_same([got], [expected])

@@ -118,10 +118,11 @@ class Translator:
         (``LoadedCheckpoint``).
 
         ``compile`` decodes one sentence at a time (batch size 1: interactive use, ``serve``) with
-        the Transformer's static-shape step compiled by ``torch.compile`` (``seq2seq.models.compiled``):
-        the first sentence of each beam size waits for its compilation (15-40 s), every later one is
-        about 2x faster (docs/performance.md). None: where that was measured to pay (``compile_pays``:
-        fp32 on CPU); False (the default): the eager step, the reference.
+        the decoding step compiled by ``torch.compile`` (``seq2seq.models.compiled``: the Transformer's
+        static-shape step and encoder, the RNN's step): the first sentence of each beam size waits for its
+        compilation (15-40 s), every later one is about 2x faster (docs/performance.md). None: where that
+        was measured to pay (``compile_pays``: fp32 on CPU); False (the default): the eager step, the
+        reference.
 
         ``engine`` runs the search: "seq2seq" (ours, the default), "ctranslate2" (CTranslate2's
         runtime on the checkpoint converted once and cached beside it; a named error for what it

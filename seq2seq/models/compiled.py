@@ -1,5 +1,5 @@
-"""Compiled decoding: the Transformer's static-shape decoding step and its encoder, for one sentence
-at a time, through ``torch.compile``.
+"""Compiled decoding: the Transformer's static-shape decoding step and its encoder, and the RNN's decoding
+step, for one sentence at a time, through ``torch.compile``.
 
 Why: one decoding step of a sentence is some 20 matrix-vector products and 150 small operations.
 Eager PyTorch spends most of the step dispatching them one by one, and its fp32 matrix product
@@ -16,7 +16,10 @@ rows is a constant (the GEMM template is specialised to it): one graph for greed
 and one per beam size (k rows); the encoder has one graph for every source length. Each graph
 compiles once per process, on first use (15-40 s, most of it autotuning; docs/performance.md);
 Inductor keeps its autotuning on disk (``TORCHINDUCTOR_CACHE_DIR``), which halves that in a later
-process. Calls with a known graph skip most of Dynamo's guard checks (``CompiledStep``).
+process. Calls with a known graph skip most of Dynamo's guard checks (``CompiledStep``). The RNN's
+step (``RNNEncoderDecoder.step_eager``) has fixed shapes already (its state does not grow): the same
+keys, one graph per row count, the source length dynamic; its encoder stays eager
+(``benchmarks/bench_rnn_step.py`` measures what compiling it gains).
 
 The eager ``static_step`` is the reference: compiled outputs equal it to rounding (a different
 order of additions in the matrix products). Should compiling fail (no C++ compiler, say), a
@@ -63,18 +66,30 @@ def _attach(member: torch.nn.Module, step: CompiledStep | None, encode: Compiled
     (None, None: eagerly, on the growing cache). The compiled parts first: a sentence that starts in
     between decodes eagerly on the static cache, never half-compiled."""
     member.compiled_step, member.compiled_encode = step, encode
-    member.static_cache = step is not None  # the eager static step is slower than the growing cache's
+    if hasattr(member, "static_step"):  # a Transformer; an RNN's state has one shape already
+        member.static_cache = step is not None  # the eager static step is slower than the growing cache's
+
+
+def _compiled_parts(member: torch.nn.Module) -> tuple[Compiled, Compiled | None] | None:
+    """A model's compiled step and encoder for one sentence: a Transformer's static step and encoder, an
+    RNN's step (its encoder stays eager), or None."""
+    if hasattr(member, "static_step"):
+        return CompiledStep(member), CompiledEncoder(member)
+    if hasattr(member, "step_eager"):
+        return CompiledRNNStep(member), None
+    return None
 
 
 def compile_decoding(model: torch.nn.Module) -> bool:
-    """Give ``model`` (a Transformer; an ensemble: each Transformer member) a compiled static step
-    and a compiled encoder for one sentence, so that the search decodes a lone sentence on
-    preallocated caches through them. Each graph compiles at its first call (``BackgroundCompile``:
-    in a thread of its own, while the model decodes eagerly). True if any model got them."""
+    """Give ``model`` (an ensemble: each member) its compiled parts for one sentence (``_compiled_parts``),
+    so that the search decodes a lone sentence through them (a Transformer on preallocated caches). Each
+    graph compiles at its first call (``BackgroundCompile``: in a thread of its own, while the model
+    decodes eagerly). True if any model got them."""
     compiled = False
     for member in _members(model):
-        if hasattr(member, "static_step"):
-            _attach(member, CompiledStep(member), CompiledEncoder(member))
+        parts = _compiled_parts(member)
+        if parts is not None:
+            _attach(member, *parts)
             compiled = True
     return compiled
 
@@ -86,7 +101,7 @@ class BackgroundCompile:
     on decoding eagerly (a server answers at once). Once every graph the warm-up asked for compiled,
     they are attached to the model (``status`` "ready"): the next lone sentence uses them. A failure
     leaves the model eager (``status`` "failed", ``error`` says why); a model with nothing to compile
-    (an RNN) is "off". ``threads``: the torch threads of the warm-up thread, as the sentences it
+    is "off". ``threads``: the torch threads of the warm-up thread, as the sentences it
     prepares for will run (Dynamo compiles per thread count; the setting is per thread)."""
 
     def __init__(self, model: torch.nn.Module, warm_up: Callable[[torch.nn.Module], Any],
@@ -126,14 +141,14 @@ class BackgroundCompile:
         if hasattr(view, "members"):  # an ensemble: a table of submodules of its own
             object.__setattr__(view, "_modules", dict(view._modules))
             view.members = view_members = torch.nn.ModuleList(copy.copy(m) for m in view_members)
-        parts = [(member, twin, CompiledStep(member), CompiledEncoder(member))
-                 for member, twin in zip(_members(self.model), view_members) if hasattr(member, "static_step")]
+        parts = [(member, twin, *compiled) for member, twin in zip(_members(self.model), view_members)
+                 if (compiled := _compiled_parts(member)) is not None]
         if not parts:
             return "off"
         for _, twin, step, encode in parts:
             _attach(twin, step, encode)
         self.warm_up(view)  # a compiler failure also warns (``Compiled.call``)
-        failures = [c.failure for _, _, step, encode in parts for c in (step, encode) if c.failure]
+        failures = [c.failure for _, _, step, encode in parts for c in (step, encode) if c is not None and c.failure]
         if failures:
             self.error = failures[0]
             return "failed"
@@ -220,6 +235,31 @@ class CompiledStep(Compiled):
             _dynamic(output_weight, 0)
         key = (tokens.size(0), need_attention, output_weight is None, memory["src_mask"].size(1) > 1)
         return self.call(key, memory, caches, position, tokens, need_attention, output_weight)
+
+
+class CompiledRNNStep(Compiled):
+    """An RNN's ``step_eager`` compiled: one graph per row count (greedy 1, a beam k), attention or not,
+    shortlist or not; the source length and a shortlist's size are dynamic dimensions. Its state (hidden
+    states, input feeding) has the same shape at every step, so no cache is preallocated; a call with a
+    known graph skips the guards all graphs share, as ``CompiledStep`` does (the same key)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__(model.step_eager, lambda: _attach(model, None, None))
+        self.memory: tuple[dict, dict] | None = None  # the last sentence's memory, made dense
+
+    def __call__(self, memory: dict, state: dict, tokens: torch.Tensor, need_attention: bool,
+                 output_weight: torch.Tensor | None):
+        if self.memory is None or self.memory[0] is not memory:  # once per sentence, not per step
+            dense = {key: _dense(value) if isinstance(value, torch.Tensor) else value for key, value in memory.items()}
+            for key in ("enc", "src_mask", "keys"):
+                if key in dense:
+                    _dynamic(dense[key], 1)
+            self.memory = (memory, dense)
+        if output_weight is not None:
+            _dynamic(output_weight, 0)
+        memory, tokens = self.memory[1], _dense(tokens)
+        key = (tokens.size(0), need_attention, output_weight is None, memory["src_mask"].size(1) > 1)
+        return self.call(key, memory, state, tokens, need_attention, output_weight)
 
 
 class CompiledEncoder(Compiled):

@@ -305,6 +305,9 @@ class RNNEncoderDecoder(EncoderDecoder):
         self.decoder = BahdanauDecoder(cfg) if cfg.attention == "bahdanau" else LuongDecoder(cfg)
         self.generator = nn.Linear(self.decoder.out_dim, cfg.vocab_size, bias=False)  # W_out
         self.dropout = Dropout(cfg.dropout)
+        #: ``step_eager`` compiled for one sentence (``seq2seq.models.compiled.compile_decoding``), else None;
+        #: the encoder (packed sequences, once per sentence) stays eager
+        self.compiled_step = self.compiled_encode = None
         self.reset_parameters()
         if cfg.tie_embeddings:
             self.generator.weight = self.embed_tgt.weight  # out_dim == embed_dim by construction
@@ -348,6 +351,16 @@ class RNNEncoderDecoder(EncoderDecoder):
         self, memory: dict, state: dict, tokens: torch.Tensor, need_attention: bool = True,
         output_weight: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict, torch.Tensor | None]:
+        if self.compiled_step is not None and memory["enc"].size(0) == 1 and not torch.is_grad_enabled():
+            return self.compiled_step(memory, state, tokens, need_attention, output_weight)  # one sentence
+        return self.step_eager(memory, state, tokens, need_attention, output_weight)
+
+    def step_eager(
+        self, memory: dict, state: dict, tokens: torch.Tensor, need_attention: bool,
+        output_weight: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, dict, torch.Tensor | None]:
+        """``decode_step`` uncompiled: every shape fixed by the rows, the state and the source length (a
+        beam's k rows attend to one sentence's memory), so ``compiled_step`` is this function compiled."""
         features, state, weights = self.decoder.step(memory, state, self.dropout(self.embed_tgt(tokens)))
         logits = self.logits(self.dropout(features), output_weight)  # (B, V) or (B, V')
         return logits, state, weights[:, None, None] if need_attention else None  # (B, 1, 1, S)

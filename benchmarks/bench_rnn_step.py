@@ -1,0 +1,120 @@
+"""The RNN's decoding step at batch 1, eager against compiled (issue 48, part 3), from the repository root:
+
+    python benchmarks/bench_rnn_step.py [--preset rnn-bahdanau] [--vocab-size 8000] [--source-length 14]
+        [--rows 1 5] [--steps 200] [--rounds 5] [--threads 1] [--out FILE.json]
+
+Whether ``torch.compile`` pays for the RNN's one-sentence step the way it pays for the Transformer's
+(``models/compiled.py``): the preset's model (its sizes, random weights: the time of a step does not depend
+on them) encodes one source of ``--source-length`` tokens, and ``decode_step`` runs ``--steps`` times with
+``--rows`` decoder rows (1: greedy search; k: a beam of k), feeding its own argmax back, once eagerly and
+once through ``torch.compile`` (with Dynamo's guards checked, and skipped as ``CompiledStep`` skips them
+for a known graph) with the options the Transformer's compiled step uses
+(``models.compiled.INDUCTOR_OPTIONS``: frozen weights, autotuned linear layers), the source length a
+dynamic dimension; the two interleaved for ``--rounds`` rounds, the median per step reported with the
+compile time and the largest difference between the two paths' logits over the first steps. Records the
+CPU model and flags (``provenance``).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from common import ROOT, provenance, write_record
+from seq2seq.config import RunConfig
+from seq2seq.io_utils import markdown_table
+from seq2seq.models import build_model
+from seq2seq.models.compiled import INDUCTOR_OPTIONS
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="rnn-bahdanau")
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--source-length", type=int, default=14, help="source tokens incl. EOS (Multi30k: ~14)")
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 5], help="decoder rows: 1 greedy, k a beam")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (a server decodes lone sentences on 1)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "rnn-step.json")
+    return parser.parse_args(argv)
+
+
+def run_steps(step, memory: dict, state: dict, rows: int, steps: int) -> tuple[float, list[torch.Tensor]]:
+    """Seconds per step of ``steps`` greedy steps from BOS (each row's argmax fed back), and the first
+    steps' logits."""
+    tokens = torch.full((rows,), 1, dtype=torch.long)
+    seen = []
+    start = time.perf_counter()
+    for t in range(steps):
+        logits, state, _ = step(memory, state, tokens, False, None)
+        tokens = logits.argmax(-1)
+        if t < 5:
+            seen.append(logits.clone())
+    return (time.perf_counter() - start) / steps, seen
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    cfg = RunConfig.from_preset(args.preset).resolved("cpu")
+    cfg.model.vocab_size = args.vocab_size
+    model = build_model(cfg.model).eval()
+    record = {**provenance("rnn-step"), "preset": args.preset, "vocab_size": args.vocab_size,
+              "source_length": args.source_length, "threads": args.threads, "steps": args.steps,
+              "rounds": args.rounds, "results": []}
+    rows_out = []
+    for rows in args.rows:
+        src = torch.randint(4, args.vocab_size, (rows, args.source_length))
+        src[:, -1] = 2  # EOS
+        mask = torch.ones_like(src, dtype=torch.bool)
+        with torch.inference_mode():
+            memory = model.encode(src, mask)
+            state = model.init_state(memory)
+            compiled = torch.compile(model.decode_step, dynamic=False)
+            for value in memory.values():
+                if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.size(1) == args.source_length:
+                    torch._dynamo.mark_dynamic(value, 1)
+            began = time.perf_counter()
+            with torch._inductor.config.patch(INDUCTOR_OPTIONS), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                run_steps(compiled, memory, dict(state), rows, 3)
+            compile_s = time.perf_counter() - began
+            times: dict[str, list[float]] = {"eager": [], "compiled": [], "unguarded": []}
+            for _ in range(args.rounds):
+                seconds, eager_logits = run_steps(model.decode_step, memory, dict(state), rows, args.steps)
+                times["eager"].append(seconds)
+                seconds, compiled_logits = run_steps(compiled, memory, dict(state), rows, args.steps)
+                times["compiled"].append(seconds)
+                with torch.compiler.set_stance(skip_guard_eval_unsafe=True):  # as CompiledStep calls a known graph
+                    seconds, _ = run_steps(compiled, memory, dict(state), rows, args.steps)
+                times["unguarded"].append(seconds)
+            difference = max(float((a - b).abs().max()) for a, b in zip(eager_logits, compiled_logits))
+        ms = {name: 1000 * statistics.median(values) for name, values in times.items()}
+        result = {"rows": rows, **{f"{name}_ms_per_step": round(value, 4) for name, value in ms.items()},
+                  "speedup": round(ms["eager"] / ms["compiled"], 2),
+                  "speedup_unguarded": round(ms["eager"] / ms["unguarded"], 2), "compile_s": round(compile_s, 1),
+                  "max_logit_difference": difference}
+        record["results"].append(result)
+        print(result, file=sys.stderr, flush=True)
+        rows_out.append([rows, f"{ms['eager']:.3f}", f"{ms['compiled']:.3f}", f"{ms['unguarded']:.3f}",
+                         f"{result['speedup']:.2f}x / {result['speedup_unguarded']:.2f}x", f"{compile_s:.1f}",
+                         f"{difference:.1e}"])
+    table = (f"`{args.preset}` decoding step at batch 1 (random weights, vocab {args.vocab_size}, a source of "
+             f"{args.source_length} tokens, {args.threads} thread(s)), median of {args.rounds} interleaved rounds "
+             f"of {args.steps} steps.\n\n"
+             + markdown_table(["rows", "eager ms/step", "compiled ms/step", "compiled, guards skipped",
+                               "speed-up (guarded / skipped)", "compile s", "max logit difference"], rows_out))
+    write_record(args.out, record, table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
