@@ -1,12 +1,12 @@
 """The RNN's decoding step at batch 1, eager against compiled (issue 48, part 3), from the repository root:
 
     python benchmarks/bench_rnn_step.py [--preset rnn-bahdanau] [--vocab-size 8000] [--source-length 14]
-        [--rows 1 5] [--steps 200] [--rounds 5] [--threads 1] [--out FILE.json]
+        [--rows 1 5] [--steps 200] [--rounds 5] [--threads 1] [--backend inductor] [--out FILE.json]
 
 Whether ``torch.compile`` pays for the RNN's one-sentence step the way it pays for the Transformer's
 (``models/compiled.py``): the preset's model (its sizes, random weights: the time of a step does not depend
-on them) encodes one source of ``--source-length`` tokens, and ``decode_step`` runs ``--steps`` times with
-``--rows`` decoder rows (1: greedy search; k: a beam of k), feeding its own argmax back, once eagerly and
+on them) encodes one source of ``--source-length`` tokens, and ``step_eager`` (what ``CompiledRNNStep``
+compiles) runs ``--steps`` times with ``--rows`` decoder rows (1: greedy search; k: a beam of k), feeding its own argmax back, once eagerly and
 once through ``torch.compile`` (with Dynamo's guards checked, and skipped as ``CompiledStep`` skips them
 for a known graph) with the options the Transformer's compiled step uses
 (``models.compiled.INDUCTOR_OPTIONS``: frozen weights, autotuned linear layers), the source length a
@@ -41,6 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (a server decodes lone sentences on 1)")
+    parser.add_argument("--backend", default="inductor", help="torch.compile's backend (eager: a quick smoke run)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "rnn-step.json")
     return parser.parse_args(argv)
 
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = RunConfig.from_preset(args.preset).resolved("cpu")
     cfg.model.vocab_size = args.vocab_size
     model = build_model(cfg.model).eval()
-    record = {**provenance("rnn-step"), "preset": args.preset, "vocab_size": args.vocab_size,
+    record = {**provenance("rnn-step"), "preset": args.preset, "backend": args.backend, "vocab_size": args.vocab_size,
               "source_length": args.source_length, "threads": args.threads, "steps": args.steps,
               "rounds": args.rounds, "results": []}
     rows_out = []
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         with torch.inference_mode():
             memory = model.encode(src, mask)
             state = model.init_state(memory)
-            compiled = torch.compile(model.decode_step, dynamic=False)
+            compiled = torch.compile(model.step_eager, dynamic=False, backend=args.backend)
             for value in memory.values():
                 if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.size(1) == args.source_length:
                     torch._dynamo.mark_dynamic(value, 1)
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             compile_s = time.perf_counter() - began
             times: dict[str, list[float]] = {"eager": [], "compiled": [], "unguarded": []}
             for _ in range(args.rounds):
-                seconds, eager_logits = run_steps(model.decode_step, memory, dict(state), rows, args.steps)
+                seconds, eager_logits = run_steps(model.step_eager, memory, dict(state), rows, args.steps)
                 times["eager"].append(seconds)
                 seconds, compiled_logits = run_steps(compiled, memory, dict(state), rows, args.steps)
                 times["compiled"].append(seconds)

@@ -439,3 +439,14 @@ def test_ab_speed_measures_each_tree_interleaved_and_refuses_a_tree_it_does_not_
                            "--rounds", "1", "--out", str(tmp_path / "x.json")], capture_output=True, text=True,
                           cwd=tmp_path)
     assert proc.returncode != 0 and "not from the tree" in proc.stderr
+
+
+def test_rnn_step_benchmark_times_the_step_eager_and_compiled(tmp_path):
+    """Smoke run of bench_rnn_step.py with Dynamo's "eager" backend (no code generated: the same logits)."""
+    out = tmp_path / "rnn-step.json"
+    script("bench_rnn_step.py", "--vocab-size", "100", "--source-length", "5", "--rows", "1", "3", "--steps", "4",
+           "--rounds", "1", "--backend", "eager", "--out", str(out), cwd=tmp_path)
+    record = check_record(out, "rnn-step")
+    assert [r["rows"] for r in record["results"]] == [1, 3] and record["backend"] == "eager"
+    assert all(r["max_logit_difference"] == 0 and r["eager_ms_per_step"] > 0 for r in record["results"])
+    assert "| 3 |" in (tmp_path / "rnn-step.md").read_text()
