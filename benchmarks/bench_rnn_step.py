@@ -6,10 +6,10 @@
 Whether ``torch.compile`` pays for the RNN's one-sentence step the way it pays for the Transformer's
 (``models/compiled.py``): the preset's model (its sizes, random weights: the time of a step does not depend
 on them) encodes one source of ``--source-length`` tokens, and ``step_eager`` (what ``CompiledRNNStep``
-compiles) runs ``--steps`` times with ``--rows`` decoder rows (1: greedy search; k: a beam of k), feeding its own argmax back, once eagerly and
-once through ``torch.compile`` (with Dynamo's guards checked, and skipped as ``CompiledStep`` skips them
-for a known graph) with the options the Transformer's compiled step uses
-(``models.compiled.INDUCTOR_OPTIONS``: frozen weights, autotuned linear layers), the source length a
+compiles) runs ``--steps`` times with ``--rows`` decoder rows (1: greedy search; k: a beam of k), feeding
+its own argmax back, once eagerly and once through ``torch.compile`` (with Dynamo's guards checked, and
+skipped as ``CompiledStep`` skips them for a known graph) with the options the Transformer's compiled step
+uses (``models.compiled.INDUCTOR_OPTIONS``: frozen weights, autotuned linear layers), the source length a
 dynamic dimension; the two interleaved for ``--rounds`` rounds, the median per step reported with the
 compile time and the largest difference between the two paths' logits over the first steps. Records the
 CPU model and flags (``provenance``).
