@@ -61,10 +61,11 @@ def _members(model: torch.nn.Module) -> list[torch.nn.Module]:
     return list(getattr(model, "members", [model]))
 
 
-def _attach(member: torch.nn.Module, step: CompiledStep | None, encode: CompiledEncoder | None) -> None:
-    """``member`` decodes lone sentences through ``step`` and ``encode`` on preallocated caches
-    (None, None: eagerly, on the growing cache). The compiled parts first: a sentence that starts in
-    between decodes eagerly on the static cache, never half-compiled."""
+def _attach(member: torch.nn.Module, step: Compiled | None, encode: Compiled | None) -> None:
+    """``member`` decodes lone sentences through ``step`` and ``encode`` (a Transformer on preallocated
+    caches; an RNN has no compiled encoder) or, with None, None, eagerly (a Transformer on the growing
+    cache). The compiled parts first: a sentence that starts in between decodes eagerly on the static
+    cache, never half-compiled."""
     member.compiled_step, member.compiled_encode = step, encode
     if hasattr(member, "static_step"):  # a Transformer; an RNN's state has one shape already
         member.static_cache = step is not None  # the eager static step is slower than the growing cache's
