@@ -165,6 +165,29 @@ def test_a_cuda_training_step_never_waits_for_the_gpu_but_fp16_reads_its_scale_o
     assert syncs[0] <= expected + 1 and syncs[1:] == [expected] * 5, syncs
 
 
+def test_inductor_finds_triton_for_the_gpu_inside_the_test_process():
+    """Inductor compiles CUDA graphs with Triton. On an H200 (2026-11-27) the graphed-step test below failed
+    with TritonMissing inside pytest while a plain process on the same machine found Triton: this names what
+    Inductor's check (``torch.utils._triton.has_triton``) saw here, for the next GPU session."""
+    import os
+    import sys
+
+    import torch._inductor.config
+    from torch.utils import _triton
+
+    try:
+        import triton
+        found = f"triton {triton.__version__} at {triton.__file__}"
+    except ImportError as exc:
+        found = f"import triton failed: {exc!r}"
+    seen = {"has_triton_package": _triton.has_triton_package(), "import": found,
+            "cuda available": torch.cuda.is_available(), "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "inductor detection off": torch._inductor.config.triton_disable_device_detection,
+            "has_triton cached": _triton.has_triton(), "sys.path head": sys.path[:4]}
+    _triton.has_triton.cache_clear()
+    assert _triton.has_triton(), seen
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_the_graphed_step_trains_like_the_eager_step_on_cuda(tmp_path, precision):
     """--compile on CUDA (CUDA graphs per fixed shape) against eager training on the same fixed-shape
