@@ -98,9 +98,8 @@ def test_output_file_reference_scores_and_nbest(checkpoint, tmp_path):
 def test_shortlist_written_by_training_used_by_translate_and_rebuilt_by_its_cli(checkpoint, tmp_path):
     assert (checkpoint.parent / "shortlist.npz").is_file()  # train.py wrote the run's shortlist
     lines = "twenty-one\nseven\nthree hundred and five\n"
-    proc = run("translate.py", "--checkpoint", str(checkpoint), "--shortlist", stdin=lines)
-    assert proc.returncode == 0, proc.stderr
-    assert len(proc.stdout.splitlines()) == 3
+    code, out, err = run_main(["translate", "--checkpoint", str(checkpoint), "--shortlist"], stdin=lines)
+    assert code == 0 and len(out.splitlines()) == 3, err  # in process; the subprocess runs below keep int8's
     for extra in ([], ["--shortlist"]):  # int8 linear layers, alone and with the shortlist
         int8 = run("translate.py", "--checkpoint", str(checkpoint), "--precision", "int8", "--beam-size", "2",
                    *extra, stdin=lines)
@@ -110,13 +109,12 @@ def test_shortlist_written_by_training_used_by_translate_and_rebuilt_by_its_cli(
     src.write_text(lines, encoding="utf-8")
     tgt.write_text("einundzwanzig\nsieben\ndreihundertfünf\n", encoding="utf-8")
     built = tmp_path / "other.npz"
-    proc = subprocess.run([sys.executable, "-m", "seq2seq", "shortlist", "--checkpoint", str(checkpoint),
-                           "--source", str(src), "--target", str(tgt), "--output", str(built)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert proc.returncode == 0 and built.is_file(), proc.stderr
-    proc = run("translate.py", "--checkpoint", str(checkpoint), "--shortlist", str(built),
-               "--shortlist-sizes", "2", "5", stdin=lines)
-    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 3, proc.stderr
+    code, _, err = run_main(["shortlist", "--checkpoint", str(checkpoint), "--source", str(src), "--target", str(tgt),
+                             "--output", str(built)])
+    assert code == 0 and built.is_file(), err
+    code, out, err = run_main(["translate", "--checkpoint", str(checkpoint), "--shortlist", str(built),
+                               "--shortlist-sizes", "2", "5"], stdin=lines)
+    assert code == 0 and len(out.splitlines()) == 3, err
     tgt.write_text("einundzwanzig\n", encoding="utf-8")
     proc = subprocess.run([sys.executable, "-m", "seq2seq", "shortlist", "--checkpoint", str(checkpoint),
                            "--src", str(src), "--tgt", str(tgt)], capture_output=True, text=True, cwd=ROOT)
@@ -128,18 +126,21 @@ def test_shortlist_written_by_training_used_by_translate_and_rebuilt_by_its_cli(
 
 def test_translate_samples_reproducibly_with_a_seed(checkpoint):
     lines = "twenty-one\nseven\n\nthree hundred and five\nninety-nine\n"
-    common = ["--checkpoint", str(checkpoint), "--sample", "--quiet"]
-    first = run("translate.py", *common, "--top-p", "0.9", "--seed", "1", stdin=lines)
-    assert first.returncode == 0, first.stderr
-    assert len(first.stdout.split("\n")) == 6 and first.stdout.split("\n")[2] == ""
+    common = ["translate", "--checkpoint", str(checkpoint), "--sample", "--quiet"]
+
+    def sample(*flags: str, stdin: str = lines) -> str:  # in process: the start-up is not the point
+        code, out, err = run_main([*common, *flags], stdin=stdin)
+        assert code == 0, err
+        return out
+
+    first = sample("--top-p", "0.9", "--seed", "1")
+    assert len(first.split("\n")) == 6 and first.split("\n")[2] == ""
     for extra in ([], ["--batch-size", "1"]):  # the same seed: the same samples, whatever the batching
-        again = run("translate.py", *common, "--top-p", "0.9", "--seed", "1", *extra, stdin=lines)
-        assert again.stdout == first.stdout, again.stderr
-    hot = [run("translate.py", *common, "--temperature", "5", "--seed", seed, stdin=lines).stdout for seed in "12"]
+        assert sample("--top-p", "0.9", "--seed", "1", *extra) == first
+    hot = [sample("--temperature", "5", "--seed", seed) for seed in "12"]
     assert hot[0] != hot[1]
-    nbest = run("translate.py", *common, "--n-best", "3", "--top-k", "5", "--seed", "2", stdin="seven\n")
-    rows = nbest.stdout.splitlines()
-    assert nbest.returncode == 0 and len(rows) == 3 and all(r.startswith("0 ||| ") for r in rows), nbest.stderr
+    rows = sample("--n-best", "3", "--top-k", "5", "--seed", "2", stdin="seven\n").splitlines()
+    assert len(rows) == 3 and all(r.startswith("0 ||| ") for r in rows), rows
     scores = [float(r.rsplit("|||", 1)[1]) for r in rows]
     assert scores == sorted(scores, reverse=True)
 
@@ -174,14 +175,16 @@ def test_translate_with_an_ensemble_of_checkpoints(checkpoint, tmp_path):
     lines = "twenty-one\n\nseven\n"
     rnn = _checkpoint_like(checkpoint, tmp_path / "rnn.pt", arch="rnn", embed_dim=16, hidden_size=16,
                            decoder_hidden_size=32)
-    single = run("translate.py", "--checkpoint", str(checkpoint), "--beam-size", "2", "--quiet", stdin=lines)
-    twice = run("translate.py", "--checkpoint", str(checkpoint), str(checkpoint), "--beam-size", "2", "--quiet",
-                stdin=lines)
-    assert twice.returncode == 0 and twice.stdout == single.stdout, twice.stderr  # a model with itself
+    def translate(*args: str) -> tuple[int, str, str]:  # in process: the start-up is not the point
+        return run_main(["translate", "--checkpoint", *args, "--quiet"], stdin=lines)
+
+    single, twice = translate(str(checkpoint), "--beam-size", "2"), translate(str(checkpoint), str(checkpoint),
+                                                                             "--beam-size", "2")
+    assert single[0] == twice[0] == 0 and twice[1] == single[1], twice[2]  # a model with itself
     align = tmp_path / "align.jsonl"
-    mixed = run("translate.py", "--checkpoint", str(checkpoint), str(rnn), "--beam-size", "2", "--quiet",
-                "--alignments", str(align), "--attribution", "occlusion", stdin=lines)
-    assert mixed.returncode == 0 and len(mixed.stdout.split("\n")) == 4, mixed.stderr
+    code, out, err = translate(str(checkpoint), str(rnn), "--beam-size", "2", "--alignments", str(align),
+                               "--attribution", "occlusion")
+    assert code == 0 and len(out.split("\n")) == 4, err
     records = [json.loads(line) for line in align.read_text(encoding="utf-8").splitlines()]
     assert len(records) == 3 and records[1]["members"][1]["attention_shape"] == [1, 1, 0, 0]  # empty line
     first = records[0]
@@ -194,9 +197,8 @@ def test_translate_with_an_ensemble_of_checkpoints(checkpoint, tmp_path):
         assert arrays["s0_member0_attention"].shape == tuple(first["attention_shape"])
         assert arrays["s0_member1_attention"].shape == tuple(first["members"][1]["attention_shape"])
         np.testing.assert_array_equal(arrays["s0_member0_attention"], arrays["s0_attention"])
-    sampled = run("translate.py", "--checkpoint", str(checkpoint), str(rnn), "--sample", "--seed", "3", "--quiet",
-                  stdin=lines)
-    assert sampled.returncode == 0 and len(sampled.stdout.split("\n")) == 4, sampled.stderr
+    code, out, err = translate(str(checkpoint), str(rnn), "--sample", "--seed", "3")
+    assert code == 0 and len(out.split("\n")) == 4, err
     other = Tokenizer.train(["eins zwei drei", "one two three"] * 5, vocab_size=20)
     foreign = _checkpoint_like(checkpoint, tmp_path / "foreign.pt", tokenizer=other, arch="transformer", d_model=16,
                                heads=2, ff_size=32, layers=1)
