@@ -243,12 +243,17 @@ def translate_markup(translator, lines: Sequence[str], mode: str, decode=None, a
     (``plain_prefixes``). Errors name the line."""
     from ..config import AlignConfig
 
-    parsed = [parse(line, mode, f"input line {first_line + k}") for k, line in enumerate(lines)]
+    parsed = parse_lines(lines, mode, first_line)
     align = (align or AlignConfig()).for_model(translator.supervised_attention)
     results = translator.translate([text for text, _ in parsed], decode, need_attention=True, first_line=first_line,
                                    prefix=None if prefix is None else plain_prefixes(prefix, mode, first_line),
                                    constraints=constraints)
     return [hypotheses[0] for hypotheses in mark_translations(results, parsed, align, backward)]
+
+
+def parse_lines(lines: Sequence[str], mode: str, first_line: int = 1) -> list[tuple[str, list[Element]]]:
+    """``parse`` of each input line, errors naming it (``first_line``: the number of ``lines[0]``)."""
+    return [parse(line, mode, f"input line {first_line + k}") for k, line in enumerate(lines)]
 
 
 def mark_translations(results: Sequence, parsed: Sequence[tuple[str, list[Element]]], align, backward=None

@@ -31,7 +31,7 @@ import numpy as np
 from ..decoding.ensemble import EnsembleModel
 from ..decoding.forced_alignment import BackwardAligner
 from ..decoding.document import page_or_lines, translate_document
-from ..decoding.markup import MODES as MARKUP_MODES, mark_translations, parse, plain_prefixes
+from ..decoding.markup import MODES as MARKUP_MODES, mark_translations, parse, parse_lines, plain_prefixes
 from ..decoding.translator import Translation, Translator
 from ..config import AlignConfig, AttributionConfig, DecodeConfig
 from ..errors import UserError
@@ -122,8 +122,7 @@ def translate_stream(job: TranslateJob) -> int:
                 else None)
         for chunk in chunks(lines, chunk_size):
             _check_per_line(per_line, job.input, done + len(chunk), final=False)
-            parsed = None if not job.markup else [parse(line, job.markup, f"input line {done + 1 + k}")
-                                                  for k, line in enumerate(chunk)]
+            parsed = parse_lines(chunk, job.markup, done + 1) if job.markup else None
             results = translator.translate(
                 chunk if parsed is None else [text for text, _ in parsed], decode,
                 prefix=None if prefixes is None else prefixes[done:done + len(chunk)],

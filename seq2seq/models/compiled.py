@@ -171,6 +171,15 @@ def _dense(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.clone(memory_format=torch.contiguous_format)
 
 
+def _step_key(tokens: torch.Tensor, need_attention: bool, output_weight: torch.Tensor | None,
+              src_mask: torch.Tensor) -> tuple:
+    """What tells a decoding step's graphs apart (``CompiledStep``): the rows, attention or not, a shortlist
+    or not (its size a dynamic dimension, marked here) and a one-position source (Dynamo specialises it)."""
+    if output_weight is not None:
+        _dynamic(output_weight, 0)
+    return tokens.size(0), need_attention, output_weight is None, src_mask.size(1) > 1
+
+
 class Compiled:
     """``function`` compiled (module docstring), called through ``call``; should compiling fail,
     a warning, ``on_failure()`` (the model drops its compiled parts) and ``function`` itself."""
@@ -229,13 +238,12 @@ class CompiledStep(Compiled):
         if self.mask is None or self.mask[0] is not memory["src_mask"]:  # once per sentence, not per step
             self.mask = (memory["src_mask"], _dense(memory["src_mask"]))
             _dynamic(self.mask[1], 1)
-        tokens, memory = _dense(tokens), {**memory, "src_mask": self.mask[1]}
+        memory = {**memory, "src_mask": self.mask[1]}
         for key, value in memory["cross_kv"] + caches:
             _dynamic(key, 2), _dynamic(value, 2)
-        if output_weight is not None:
-            _dynamic(output_weight, 0)
-        key = (tokens.size(0), need_attention, output_weight is None, memory["src_mask"].size(1) > 1)
-        return self.call(key, memory, caches, position, tokens, need_attention, output_weight)
+        tokens = _dense(tokens)
+        return self.call(_step_key(tokens, need_attention, output_weight, memory["src_mask"]), memory, caches,
+                         position, tokens, need_attention, output_weight)
 
 
 class CompiledRNNStep(Compiled):
@@ -256,11 +264,9 @@ class CompiledRNNStep(Compiled):
                 if key in dense:
                     _dynamic(dense[key], 1)
             self.memory = (memory, dense)
-        if output_weight is not None:
-            _dynamic(output_weight, 0)
         memory, tokens = self.memory[1], _dense(tokens)
-        key = (tokens.size(0), need_attention, output_weight is None, memory["src_mask"].size(1) > 1)
-        return self.call(key, memory, state, tokens, need_attention, output_weight)
+        return self.call(_step_key(tokens, need_attention, output_weight, memory["src_mask"]), memory, state, tokens,
+                         need_attention, output_weight)
 
 
 class CompiledEncoder(Compiled):
