@@ -10,7 +10,7 @@
 2. Per pair, ``--spans`` random source spans of 1-3 words (seeded), as if each were wrapped in a tag;
    spans whose words have no gold link are skipped. Where the tag belongs: the smallest run of
    reference words covering every word gold-linked (sure or possible) to the span.
-3. The reference is forced as the output (a teacher-forced pass, ``decoding.forced_alignment.force_align``: the
+3. The reference is forced as the output (a teacher-forced pass, ``forced_alignment.force_align_words``: the
    attention ``translate --alignments`` would read, with the model's supervised heads for a guided
    checkpoint, links read as for tags: ``AlignConfig.for_markup``) and the tag placed by the product's own
    rule (``decoding.markup.transfer``). Also with eflomal's links (``--eflomal``: ``seq2seq wordalign`` on
@@ -33,7 +33,7 @@ from pathlib import Path
 from common import ROOT, add_multi30k_flags, provenance, write_record
 
 from seq2seq.alignment.links import read_gold_alignments, read_pharaoh_file
-from seq2seq.config import LINK_METHODS, MARKUP_SYMMETRIZATION, SYMMETRIZATIONS, AlignConfig, link_share
+from seq2seq.config import LINK_METHODS, MARKUP_SYMMETRIZATION, MODEL_SYMMETRIZATIONS, AlignConfig, link_share
 from seq2seq.decoding.markup import Element, render, transfer
 from seq2seq.io_utils import markdown_table, read_lines
 
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="shares for the link methods, one row each (default: as translate --markup reads them)")
     parser.add_argument("--backward-checkpoint", type=Path, help="a target->source model: also place tags by each "
                         "model's links symmetrized with its links (--symmetrize)")
-    parser.add_argument("--symmetrize", nargs="+", choices=SYMMETRIZATIONS, default=[MARKUP_SYMMETRIZATION],
+    parser.add_argument("--symmetrize", nargs="+", choices=MODEL_SYMMETRIZATIONS, default=[MARKUP_SYMMETRIZATION],
                         help=f"rules for --backward-checkpoint, one row each (default: {MARKUP_SYMMETRIZATION})")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "markup.json")
     args = parser.parse_args(argv)
@@ -116,15 +116,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.eflomal:
         results["eflomal"] = score(cases, eflomal_links(args, sources, targets), sources, targets)
     from seq2seq.decoding.translator import Translator
-    from seq2seq.alignment.links import symmetrized
-    from seq2seq.decoding.forced_alignment import BackwardAligner, force_align
+    from seq2seq.alignment.links import extract_links
+    from seq2seq.decoding.forced_alignment import BackwardAligner, force_align_words
 
     for checkpoint in args.checkpoint:
         translator = Translator.from_checkpoint(checkpoint, device="cpu")
         for method, threshold in itertools.product(args.align_method, args.align_threshold):
             chosen = AlignConfig(method=method, threshold=threshold, model_default=True)
             align = chosen.for_model(translator.supervised_attention).for_markup()
-            links = force_align(translator, sources, targets, align.layer, align.heads, align.method, align.threshold)
+            words = force_align_words(translator, sources, targets, align.layer, align.heads)
+            links = [extract_links(m, align.method, align.threshold) for m in words]
             name = checkpoint.name if checkpoint.is_dir() else checkpoint.parent.name
             share = link_share(method, align.threshold)
             name += f" ({method}{'' if share is None else f' {share:g}'})" if len(args.align_method) > 1 or \
@@ -133,11 +134,11 @@ def main(argv: list[str] | None = None) -> int:
                              "heads": str(align.heads), "method": method, "threshold": share}
             print(f"{name}: {results[name]}", file=sys.stderr, flush=True)
             if args.backward_checkpoint:
-                backward = BackwardAligner(translator, Translator.from_checkpoint(args.backward_checkpoint,
-                                                                                  device="cpu"), chosen)
-                back = backward.backward_links(sources, targets, markup=True)
+                other = Translator.from_checkpoint(args.backward_checkpoint, device="cpu")
+                back = BackwardAligner(translator, other, chosen).backward_words(sources, targets)
                 for rule in args.symmetrize:
-                    both = [symmetrized(f, b, rule) for f, b in zip(links, back)]
+                    backward = BackwardAligner(translator, other, chosen, rule)
+                    both = [backward.combined(f, m, b, markup=True) for f, m, b in zip(links, words, back)]
                     results[f"{name} + backward, {rule}"] = {**score(cases, both, sources, targets), "method": method,
                                                              "symmetrize": rule}
                     print(f"{name} + backward, {rule}: {results[f'{name} + backward, {rule}']}", file=sys.stderr)

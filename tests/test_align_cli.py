@@ -12,12 +12,13 @@ import run_shared
 import torch
 
 from seq2seq.cli import align
-from seq2seq.alignment.links import parse_pharaoh, read_pharaoh_file
-from seq2seq.alignment.matrices import merge_to_words
+from seq2seq.alignment.links import agreement_matrix, extract_links, parse_pharaoh, read_pharaoh_file
+from seq2seq.alignment.matrices import check_layer_heads, merge_to_words
 from seq2seq.checkpoint.file import load_checkpoint, save_checkpoint
-from seq2seq.config import ModelConfig, RunConfig
+from seq2seq.config import AlignConfig, ModelConfig, RunConfig
 from seq2seq.models import build_model
 from seq2seq.training.run import train
+from seq2seq.decoding.forced_alignment import force_align_words
 from seq2seq.decoding.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,11 +197,18 @@ def test_align_command_scores_and_writes_pharaoh(checkpoint, gold_files, tmp_pat
     backward = reversed_checkpoint(checkpoint, tmp_path / "backward.pt")
     assert align.main(argv + ["--backward-checkpoint", str(backward), "--output", str(links)]) == 0
     scores = json.loads(capsys.readouterr().out.splitlines()[-1])
-    assert set(scores) == {"forward", "backward", "intersection", "grow-diag-final", "grow-diag-final-and"}
-    both, _ = read_pharaoh_file(links)  # default output: the intersection
+    assert set(scores) == {"forward", "backward", "intersection", "grow-diag-final", "grow-diag-final-and",
+                           "agreement"}
+    both, _ = read_pharaoh_file(links)  # default output: agreement, both models' word attention at once
     n_src, n_tgt = [1, 4, 1], [3, 3, 1]
     for links_i, s, t in zip(both, n_src, n_tgt):
         assert all(i < s and j < t for i, j in links_i)
+    translator = Translator.from_checkpoint(checkpoint, device="cpu")
+    sources, targets = (gold_files[k].read_text(encoding="utf-8").splitlines() for k in ("src", "tgt"))
+    layer, heads = check_layer_heads(AlignConfig.layer, AlignConfig.heads, translator.model)
+    forward = force_align_words(translator, sources, targets, layer, heads)
+    back = force_align_words(Translator.from_checkpoint(backward, device="cpu"), targets, sources, layer, heads)
+    assert both == [extract_links(agreement_matrix(f, b), "argmax") for f, b in zip(forward, back)]
     assert scores["intersection"]["predicted"] <= scores["forward"]["predicted"]
 
 
@@ -223,7 +231,7 @@ def test_translate_symmetrizes_as_align_does(checkpoint, tmp_path, capsys):
     common = ["--checkpoint", str(checkpoint), "--input", str(tmp_path / "in.txt"), "--device", "cpu",
               "--beam-size", "2", "--align-method", "grow"]
     assert translate_main(common + ["--output", str(tmp_path / "out.txt"), "--alignments", str(tmp_path / "a.jsonl"),
-                                    "--backward-checkpoint", str(backward), "--symmetrize", "intersection"]) == 0
+                                    "--backward-checkpoint", str(backward)]) == 0
     records = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text(encoding="utf-8").splitlines()]
     outputs = (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()
     chosen = [i for i, line in enumerate(sources) if line and outputs[i]]
@@ -234,13 +242,12 @@ def test_translate_symmetrizes_as_align_does(checkpoint, tmp_path, capsys):
     assert align.main(["--checkpoint", str(checkpoint), "--backward-checkpoint", str(backward), "--source",
                        str(tmp_path / "src"), "--target", str(tmp_path / "tgt"), "--gold", str(tmp_path / "gold"),
                        "--align-method", "grow", "--output", str(tmp_path / "links"), "--device", "cpu"]) == 0
-    expected = (tmp_path / "links").read_text(encoding="utf-8").splitlines()  # the intersection
+    expected = (tmp_path / "links").read_text(encoding="utf-8").splitlines()  # both: agreement, the default
     assert [records[i]["pharaoh_word"] for i in chosen] == expected
-    for i in chosen:
-        forward = parse_pharaoh(records[i]["forward_pharaoh_word"])[0]
-        back = parse_pharaoh(records[i]["backward_pharaoh_word"])[0]
-        assert parse_pharaoh(records[i]["pharaoh_word"])[0] == forward & back
-        assert records[i]["symmetrize"] == "intersection"
+    translations = Translator.from_checkpoint(checkpoint, device="cpu").translate(sources, beam_size=2)
+    for i in chosen:  # the forward model's own links beside them
+        assert records[i]["forward_pharaoh_word"] == translations[i].alignment_record(i, method="grow").pharaoh_word
+        assert records[i]["backward_pharaoh_word"] and records[i]["symmetrize"] == "agreement"
     assert records[2]["pharaoh_word"] == "" and "symmetrize" not in records[2]  # the empty line
 
     code = translate_main(common + ["--output", str(tmp_path / "o2"), "--alignments", str(tmp_path / "b.jsonl"),

@@ -9,8 +9,9 @@ from seq2seq.alignment.matrices import (
     aggregate, drop_eos, links_to_words, merge_to_words, word_spans, words_from_pieces,
 )
 from seq2seq.alignment.links import (
-    alignment_error_rate, argmax_alignment, extract_links, grow_alignment, grow_diag_final, intersect_alignments,
-    parse_pharaoh, read_pharaoh_file, soft_alignment, threshold_alignment, to_pharaoh, transpose_links,
+    agreement_matrix, alignment_error_rate, argmax_alignment, extract_links, grow_alignment, grow_diag_final,
+    intersect_alignments, parse_pharaoh, read_pharaoh_file, soft_alignment, threshold_alignment, to_pharaoh,
+    transpose_links,
 )
 from seq2seq.config import DEFAULT_SHARES, AlignConfig, link_share
 from seq2seq.errors import UserError
@@ -114,6 +115,29 @@ def test_grow_diag_final():
     # intersection {(0,0),(1,1)}; (2,2)/(2,1) neighbour (1,1) and cover unaligned src 2;
     # (3,3) is a neighbour of (2,2) whose words are both unaligned
     assert grow_diag_final(forward, backward) == {(0, 0), (1, 1), (2, 1), (2, 2), (3, 3)}
+
+
+def test_agreement_is_the_geometric_mean_of_both_directions_probabilities():
+    forward = np.array([[0.6, 0.2, 0.2],   # (target, source), rows need not sum to 1 (EOS dropped)
+                        [0.1, 0.5, 0.2]])
+    backward = np.array([[0.9, 0.1],       # (source, target): source 0 -> target 0
+                         [0.5, 0.5],
+                         [0.0, 0.8]])      # source 2 -> target 1 only
+    agreed = agreement_matrix(forward, backward)
+    f = forward / forward.sum(axis=1, keepdims=True)
+    b = backward / backward.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(agreed, np.sqrt(f * b.T))
+    assert agreed[0, 2] == 0  # the backward model gives source 2 nothing for target 0: no agreement
+    assert agreed[0, 0] == pytest.approx(np.sqrt(0.6 * 0.9))
+    # symmetric in the two directions: swapping the models transposes the matrix
+    np.testing.assert_allclose(agreement_matrix(backward, forward), agreed.T)
+    # one-hot rows that agree keep their links, those that disagree lose them
+    one_hot = np.eye(3)
+    assert argmax_alignment(agreement_matrix(one_hot, one_hot)) == {(0, 0), (1, 1), (2, 2)}
+    assert extract_links(agreement_matrix(one_hot, one_hot[::-1]), "threshold", 0.5) == {(1, 1)}
+    # an EOS row / column on one side only is cut away (models that split words differently)
+    with_eos = np.pad(forward, ((0, 1), (0, 1)), constant_values=0.3)
+    np.testing.assert_allclose(agreement_matrix(with_eos, backward), agreed)
 
 
 def test_soft_links_need_their_share_of_the_row_and_of_the_column():

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from seq2seq.alignment.links import parse_pharaoh
+from seq2seq.alignment.links import agreement_matrix, extract_links, parse_pharaoh
 from seq2seq.cli.translate import main as translate_main
 from seq2seq.config import AlignConfig
 from seq2seq.decoding.forced_alignment import BackwardAligner
@@ -199,7 +199,8 @@ def test_markup_combines_with_n_best_jsonl_prefixes_constraints_references_and_a
 
 def test_a_backward_model_places_the_tags_by_the_symmetrized_links(checkpoint, tmp_path):  # noqa: F811
     """The forward rule with a backward model is the forward model alone; intersection places every tag by
-    the links both models agree on (checked against the library's symmetrization)."""
+    the links both models agree on, agreement by the links of their agreement matrix (checked against the
+    library's symmetrization)."""
     translator = Translator.from_checkpoint(checkpoint, device="cpu")
     backward = Translator.from_checkpoint(reversed_checkpoint(checkpoint, tmp_path / "backward.pt"), device="cpu")
     lines = ["<b>twenty-one</b> and <i>three</i> hundred", "seven <u>thousand and</u> twelve", ""]
@@ -215,11 +216,20 @@ def test_a_backward_model_places_the_tags_by_the_symmetrized_links(checkpoint, t
         own = sentence_links(plain[k], text, align, k)
         grown = plain[k].alignment_record(k, layer=align.layer, heads=align.heads, method="grow", threshold=0.0)
         assert own == parse_pharaoh(grown.pharaoh_word)[0]  # tags read every grown link (AlignConfig.for_markup)
-        back = both.backward_links([text], [plain[k].text], markup=True)[0]
+        back = both.links(both.backward_words([text], [plain[k].text])[0], markup=True)
         transfer(elements, own & back, len(text.split()), len(plain[k].text.split()))
         assert out[k] == render(plain[k].text.split(), elements)
         well_formed(out[k])
     assert out[2] == ""
+    agree = BackwardAligner(translator, backward, AlignConfig(model_default=True), "agreement")
+    out = translate_markup(translator, lines, "html", backward=agree)
+    for k in (0, 1):  # agreement: the grown links of both models' word attention at once
+        text, elements = parse(lines[k], "html")
+        record = plain[k].alignment_record(k, layer=align.layer, heads=align.heads)
+        both_words = agreement_matrix(record.words, agree.backward_words([text], [plain[k].text])[0])
+        transfer(elements, extract_links(both_words, "grow", 0.0), len(text.split()), len(plain[k].text.split()))
+        assert out[k] == render(plain[k].text.split(), elements)
+        well_formed(out[k])
 
 
 def test_the_markup_benchmark_scores_placement_against_gold_links(checkpoint, tmp_path):  # noqa: F811

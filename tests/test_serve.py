@@ -152,7 +152,8 @@ def test_a_backward_model_symmetrizes_the_alignments_as_translate_does(translato
                                                   "alignments": True}).json()["translations"]
     expected = translator.translate(SOURCES, beam_size=2, n_best=2)
     chosen = [i for i, t in enumerate(expected) if t.text]
-    links = aligner.backward_links([expected[i].source for i in chosen], [expected[i].text for i in chosen])
+    links = [aligner.links(words) for words in aligner.backward_words([expected[i].source for i in chosen],
+                                                                      [expected[i].text for i in chosen])]
     for i, back in zip(chosen, links):
         alignment = results[i]["alignment"]
         forward = parse_pharaoh(expected[i].alignment_record(i).pharaoh_word)[0]

@@ -242,6 +242,22 @@ def grow_alignment(matrix: np.ndarray, min_share: float = 0.0) -> set[Link]:
     return grown & soft_alignment(matrix, min_share) if min_share > 0 else grown
 
 
+def agreement_matrix(forward: np.ndarray, backward: np.ndarray) -> np.ndarray:
+    """Where two directions' word attention agree, as one ``(T, S)`` matrix: ``forward`` ``(T, S)`` read
+    from a source->target model, ``backward`` ``(S, T)`` from a target->source model of the same pair,
+
+        G_ts = sqrt(P_f(s | t) * P_b(t | s)),  P_f, P_b: each matrix's rows renormalized to sum to 1,
+
+    high only where both directions put their mass (the posterior agreement of Liang et al. 2006, read out
+    at alignment time; soft, so links are read from it as from one model's matrix, ``extract_links``).
+    Where the two models split a pair into different numbers of words, the matrices are cut to the words
+    both have (an included EOS row or column is the last one, and goes first)."""
+    f, b = as_array(forward).astype(np.float64), as_array(backward).astype(np.float64).T
+    rows, cols = min(f.shape[0], b.shape[0]), min(f.shape[1], b.shape[1])
+    f, b = f[:rows, :cols], b[:rows, :cols]
+    return np.sqrt(normalize_rows(f) * normalize_rows(b.T).T)
+
+
 def extract_links(matrix: np.ndarray, method: str = AlignConfig.method,
                   threshold: float | None = AlignConfig.threshold) -> set[Link]:
     """Hard links of a ``(T, S)`` matrix by ``method`` (``LINK_METHODS``): ``argmax`` (one per row),

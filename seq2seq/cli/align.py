@@ -9,7 +9,7 @@ See ``seq2seq/jobs/align.py`` for how the target is force-decoded and links are 
 from __future__ import annotations
 
 from ..errors import UserError
-from ..config import LINK_METHODS, SYMMETRIZATIONS
+from ..config import LINK_METHODS, MODEL_SYMMETRIZATION, MODEL_SYMMETRIZATIONS
 from .common import DeprecatedAlias, add_alignment_flags, add_device_flag, align_config, job_config, parser_for, run_cli
 
 
@@ -20,8 +20,9 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--target", required=True, help="target (reference) sentences, one per line")
     p.add_argument("--gold", required=True, help="gold Pharaoh alignments (0-based i-j sure, i?j possible)")
     p.add_argument("--backward-checkpoint", help="target->source checkpoint for symmetrized links")
-    p.add_argument("--symmetrize", choices=SYMMETRIZATIONS,
-                   help="which links --output gets (default: intersection with a backward model, else forward)")
+    p.add_argument("--symmetrize", choices=MODEL_SYMMETRIZATIONS,
+                   help=f"which links --output gets (default: {MODEL_SYMMETRIZATION} with a backward model, else "
+                        "forward)")
     add_alignment_flags(p)
     p.add_argument("--method", dest="align_method", choices=LINK_METHODS, action=DeprecatedAlias,
                    new="--align-method")

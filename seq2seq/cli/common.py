@@ -16,7 +16,7 @@ from typing import Any, Callable, Literal, TypeVar, get_type_hints
 
 from ..config import (
     ARCH_DEFAULTS, DEFAULT_BEAM_SIZE, DEFAULT_SHARES, FINE_TUNABLE, LINK_METHODS, MARKUP_SYMMETRIZATION,
-    MODEL_SYMMETRIZATION, PRESETS, SECTIONS, SYMMETRIZATIONS, AlignConfig, DecodeConfig, RunConfig,
+    MODEL_SYMMETRIZATION, MODEL_SYMMETRIZATIONS, PRESETS, SECTIONS, AlignConfig, DecodeConfig, RunConfig,
     load_config_file, preset,
 )
 from ..errors import OutputError, UserError
@@ -278,8 +278,9 @@ def add_backward_flags(parser: argparse._ActionsContainer) -> None:
     parser.add_argument("--backward-checkpoint", metavar="CHECKPOINT",
                         help="a target->source model: the exported word links (pharaoh_word) become the forward "
                              "model's symmetrized with this model's links of the same pair (--symmetrize)")
-    parser.add_argument("--symmetrize", choices=SYMMETRIZATIONS, default=None,
-                        help="how --backward-checkpoint's links and the forward links are combined (default: the "
+    parser.add_argument("--symmetrize", choices=MODEL_SYMMETRIZATIONS, default=None,
+                        help="how --backward-checkpoint's links and the forward links are combined (agreement: links "
+                             "read from where both models' word attention agree; default: the "
                              f"best measured: {MODEL_SYMMETRIZATION} for exported links, {MARKUP_SYMMETRIZATION} "
                              "for placing --markup tags)")
 

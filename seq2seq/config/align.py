@@ -153,9 +153,11 @@ class AttributionConfig:
 
 #: How two directions' links are combined (``alignment.links.symmetrized``): wordalign, align, translate.
 SYMMETRIZATIONS = ("grow-diag-final-and", "grow-diag-final", "intersection", "forward", "backward")
-#: How two translation models' links are combined by default (``translate`` / ``serve``
-#: ``--backward-checkpoint``, ``align --symmetrize``): the best rule with grow links on the val gold
+#: ... and two translation models' (``translate`` / ``serve`` ``--backward-checkpoint``, ``align``): also
+#: ``agreement``, links read from where both models' attention agree (``alignment.links.agreement_matrix``)
+MODEL_SYMMETRIZATIONS = SYMMETRIZATIONS + ("agreement",)
+#: How two translation models' links are combined by default: the best rule with grow links on the val gold
 #: (docs/guides/alignments.md; eflomal's two directions keep grow-diag-final-and)
-MODEL_SYMMETRIZATION = "intersection"
+MODEL_SYMMETRIZATION = "agreement"
 #: ... and for placing tags (``--markup``), where the union's recall counts more: the best rule there
 MARKUP_SYMMETRIZATION = "grow-diag-final-and"

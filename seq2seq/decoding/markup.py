@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Sequence
 
+from ..alignment.links import parse_pharaoh
 from ..errors import UserError
 
 MODES = ("xml", "html")
@@ -215,20 +216,19 @@ def render(words: Sequence[str], elements: list[Element]) -> str:
     return " ".join(items(elements, 0, len(words)))
 
 
-def word_links(pharaoh: str, n_source: int, n_target: int, record_source: int, record_target: int) -> set:
-    """Pharaoh word links ("i-j ...") over the alignment record's words, mapped onto the line's
-    whitespace words (the same words in practice; proportionally where SentencePiece's
-    normalization made the counts differ), without EOS."""
-    links = set()
-    for pair in pharaoh.split():
-        i, j = (int(x) for x in pair.split("-"))
+def word_links(links: set[tuple[int, int]], n_source: int, n_target: int, record_source: int, record_target: int
+               ) -> set[tuple[int, int]]:
+    """Word links over the alignment record's words, mapped onto the line's whitespace words (the same words
+    in practice; proportionally where SentencePiece's normalization made the counts differ), without EOS."""
+    mapped = set()
+    for i, j in links:
         if i < record_source and j < record_target:
             if record_source != n_source:
                 i = min(n_source - 1, i * n_source // record_source)
             if record_target != n_target:
                 j = min(n_target - 1, j * n_target // record_target)
-            links.add((i, j))
-    return links
+            mapped.add((i, j))
+    return mapped
 
 
 def translate_markup(translator, lines: Sequence[str], mode: str, decode=None, align=None,
@@ -286,34 +286,47 @@ def plain_prefixes(prefixes: Sequence[str], mode: str, first_line: int = 1, flag
     return texts
 
 
+def sentence_record(result, text: str, align, index: int = 0):
+    """The alignment record of ``result`` (a ``Translation`` of ``text`` with its attention) read as ``align``
+    says for placing tags (``AlignConfig.for_markup``); None where either side has no words or there is no
+    attention."""
+    if not result.text.split() or not text.split() or result.attention is None:
+        return None
+    align = align.for_markup()
+    return result.alignment_record(index, layer=align.layer, heads=align.heads, include_eos=False,
+                                   method=align.method, threshold=align.threshold)
+
+
+def line_links(record, links: set[tuple[int, int]], text: str, translation: str) -> set[tuple[int, int]]:
+    """``links`` over ``record``'s words mapped onto the whitespace words of ``text`` and ``translation``."""
+    return word_links(links, len(text.split()), len(translation.split()), len(record.src_words),
+                      len(record.tgt_words))
+
+
 def sentence_links(result, text: str, align, index: int = 0) -> set[tuple[int, int]]:
     """The word links of ``result`` (a ``Translation`` of ``text`` with its attention) read as ``align``
-    says for placing tags (``AlignConfig.for_markup``), over the whitespace words of ``text`` and of the
+    says for placing tags (``sentence_record``), over the whitespace words of ``text`` and of the
     translation."""
-    words, sources = result.text.split(), len(text.split())
-    if not words or not sources or result.attention is None:
-        return set()
-    align = align.for_markup()
-    record = result.alignment_record(index, layer=align.layer, heads=align.heads, include_eos=False,
-                                     method=align.method, threshold=align.threshold)
-    return word_links(record.pharaoh_word, sources, len(words), len(record.src_words), len(record.tgt_words))
+    record = sentence_record(result, text, align, index)
+    return set() if record is None else line_links(record, parse_pharaoh(record.pharaoh_word)[0], text, result.text)
 
 
 def element_links(results: Sequence, texts: Sequence[str], marked: Sequence[bool], align, backward=None
                   ) -> list[set]:
     """The word links (``sentence_links``) of each translation ``results[k]`` of ``texts[k]`` that carries
     elements (``marked[k]``; the others need none and get an empty set), symmetrized with ``backward``'s (a
-    ``BackwardAligner``) links of the pair as its ``markup_symmetrize`` says, where given (in one forced
-    pass of the backward model; a pair with an empty side keeps its own)."""
-    from ..alignment.links import symmetrized
-
-    links = [sentence_links(r, t, align, k) if m else set() for k, (r, t, m) in enumerate(zip(results, texts, marked))]
-    chosen = [k for k, m in enumerate(marked) if m and texts[k].strip() and results[k].text.strip()]
+    ``BackwardAligner``) word attention of the pair as its ``markup_symmetrize`` says, where given (in one
+    forced pass of the backward model)."""
+    records = [sentence_record(result, text, align, k) if mark else None
+               for k, (result, text, mark) in enumerate(zip(results, texts, marked))]
+    chosen = [k for k, record in enumerate(records) if record is not None]
+    links = {k: parse_pharaoh(records[k].pharaoh_word)[0] for k in chosen}
     if backward is not None and chosen:
-        back = backward.backward_links([texts[k] for k in chosen], [results[k].text for k in chosen], markup=True)
-        for k, b in zip(chosen, back):
-            links[k] = symmetrized(links[k], b, backward.markup_symmetrize)
-    return links
+        back = backward.backward_words([texts[k] for k in chosen], [results[k].text for k in chosen])
+        for k, words in zip(chosen, back):
+            links[k] = backward.combined(links[k], records[k].words, words, markup=True)
+    return [line_links(records[k], links[k], texts[k], results[k].text) if k in links else set()
+            for k in range(len(results))]
 
 
 def carry(result, text: str, elements: list[Element], align, index: int = 0,

@@ -13,9 +13,9 @@ dropped, and hard links are read with ``--align-method`` (``LINK_METHODS``).
 
 With ``--backward-checkpoint`` (a target->source model) the target is aligned to the source too;
 its links are transposed to (source, target) and symmetrized by intersection, grow-diag-final and
-grow-diag-final-and (``decoding.forced_alignment``).
+grow-diag-final-and, and both directions' word attention combined by agreement (``decoding.forced_alignment``).
 Precision, recall and AER (Och & Ney 2003) are printed for every available direction; the links
-of ``--symmetrize`` (default: intersection with a backward model, else forward) are written to
+of ``--symmetrize`` (default: agreement with a backward model, else forward) are written to
 ``--output`` as 0-based Pharaoh ``i-j`` lines (source-target), one per sentence.
 
 Gold file: one line per sentence, 0-based ``i-j`` (or ``i-j-S``) sure links, ``i?j`` (or
@@ -27,9 +27,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..alignment.links import AlignmentScores, alignment_error_rate, read_gold_alignments, symmetrized, to_pharaoh
+from ..alignment.links import AlignmentScores, alignment_error_rate, extract_links, read_gold_alignments, to_pharaoh
 from ..alignment.matrices import Link, check_layer_heads
-from ..decoding.forced_alignment import BackwardAligner, force_align
+from ..decoding.forced_alignment import BackwardAligner, force_align_words
 from ..decoding.translator import Translator
 from ..config import MODEL_SYMMETRIZATION, AlignConfig
 from ..errors import UserError
@@ -45,7 +45,7 @@ class AlignJob:
     target: str
     gold: str
     backward_checkpoint: str | None = None  # a target->source model: symmetrized links
-    symmetrize: str | None = None  # which links --output gets (None: intersection with a backward model)
+    symmetrize: str | None = None  # which links --output gets (None: MODEL_SYMMETRIZATION with a backward model)
     output: str | None = None  # Pharaoh lines of the chosen links
     json: bool = False  # also print the scores as one JSON line
     batch_size: int = 32  # sentence pairs per forward pass
@@ -65,18 +65,19 @@ def _read_parallel(job: AlignJob) -> tuple[list[str], list[str], list[set[Link]]
 def evaluate(job: AlignJob) -> dict[str, AlignmentScores]:
     """Align, score every direction, write --output; returns the scores by name."""
     sources, targets, sure, possible = _read_parallel(job)
-    settings = dict(method=job.align.method, threshold=job.align.threshold, batch_size=job.batch_size)
     forward = Translator.from_checkpoint(job.checkpoint, device=job.device)
     align = job.align.for_model(forward.supervised_attention)  # a guided model: its supervised heads
     layer, heads = check_layer_heads(align.layer, align.heads, forward.model)
-    systems = {"forward": force_align(forward, sources, targets, layer, heads, **settings,
-                                      names=(f"--source {job.source}", f"--target {job.target}"))}
+    words = force_align_words(forward, sources, targets, layer, heads, job.batch_size,
+                              names=(f"--source {job.source}", f"--target {job.target}"))
+    systems = {"forward": [extract_links(m, job.align.method, job.align.threshold) for m in words]}
     if job.backward_checkpoint:
         backward = Translator.from_checkpoint(job.backward_checkpoint, device=job.device)
-        aligner = BackwardAligner(forward, backward, job.align, MODEL_SYMMETRIZATION, job.batch_size)
-        systems["backward"] = aligner.backward_links(sources, targets)
-        for rule in ("intersection", "grow-diag-final", "grow-diag-final-and"):
-            systems[rule] = [symmetrized(f, b, rule) for f, b in zip(systems["forward"], systems["backward"])]
+        back_words = BackwardAligner(forward, backward, job.align, batch_size=job.batch_size).backward_words(
+            sources, targets)
+        for rule in ("backward", "intersection", "grow-diag-final", "grow-diag-final-and", "agreement"):
+            aligner = BackwardAligner(forward, backward, job.align, rule, job.batch_size)
+            systems[rule] = [aligner.combined(f, m, b) for f, m, b in zip(systems["forward"], words, back_words)]
     chosen = job.symmetrize or (MODEL_SYMMETRIZATION if job.backward_checkpoint else "forward")
     if chosen not in systems:
         raise UserError(f"--symmetrize {chosen} needs --backward-checkpoint (a target->source model)")

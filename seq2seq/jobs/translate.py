@@ -334,7 +334,7 @@ class _alignment_sink:
         backward links are kept beside them (``forward_pharaoh_word``, ``backward_pharaoh_word``)."""
         chosen = [r for r in records if r.source.strip() and r.target.strip()]
         fields = self.backward.symmetrized_fields([r.source for r in chosen], [r.target for r in chosen],
-                                                  [r.pharaoh_word for r in chosen])
+                                                  [r.pharaoh_word for r in chosen], [r.words for r in chosen])
         for record, own in zip(chosen, fields):
             record.pharaoh_word = own.pop("pharaoh_word")
             record.extra.update(own)

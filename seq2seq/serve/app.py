@@ -211,7 +211,8 @@ def symmetrize(results: list[dict], translations: list[Translation], backward: B
     chosen = [i for i, (r, t) in enumerate(zip(results, translations))
               if r.get("alignment") and t.source.strip() and t.text.strip()]
     sources, targets = [translations[i].source for i in chosen], [translations[i].text for i in chosen]
-    fields = backward.symmetrized_fields(sources, targets, [results[i]["alignment"]["pharaoh_word"] for i in chosen])
+    fields = backward.symmetrized_fields(sources, targets, [results[i]["alignment"]["pharaoh_word"] for i in chosen],
+                                         [results[i]["alignment"]["word_matrix"] for i in chosen])
     for i, own in zip(chosen, fields):
         results[i]["alignment"].update(own)
 
