@@ -9,7 +9,8 @@ statistical aligner eflomal, with test BLEU at equal training time (from the rep
    ``--gold-split`` (val) pairs, one line each (examples/gold-alignments/README.md).
 2. **eflomal** (``seq2seq wordalign``, extra ``align``) on the training split plus those gold pairs,
    grow-diag-final-and: its links of the gold pairs are scored; its links of the training pairs are the
-   supervision file of the guided variants (``{talp}`` in their flags).
+   supervision file of the guided variants (``{talp}`` in their flags; ``{talp:RULE}``: another run of eflomal
+   on the same corpus, symmetrized by RULE, ``teacher_links``).
 3. **Runs**: each of ``--variants`` (``VARIANTS``: a preset and extra flags) trained for ``--minutes`` on
    the training split with one shared SentencePiece model and seed, one after the other with every core,
    or with ``--parallel`` two at a time with half the cores each; a finished run is reused.
@@ -52,6 +53,9 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "transformer-align-weight-3": ("transformer-align", ["--guided-alignment", "{talp}", "--guided-alignment-weight",
                                                          "3.0"]),
     "transformer-align-two-heads": ("transformer-align", ["--guided-alignment", "{talp}", "--guided-heads", "0", "1"]),
+    # the preset taught by eflomal's links symmetrized otherwise ({talp:RULE}: ``teacher_links``)
+    "transformer-align-teacher-forward": ("transformer-align", ["--guided-alignment", "{talp:forward}"]),
+    "transformer-align-teacher-intersection": ("transformer-align", ["--guided-alignment", "{talp:intersection}"]),
     "transformer-self": ("transformer", ["--guided-alignment", "self", "--guided-alignment-weight", "0.5"]),
     # a trained transformer-align run further: on its own links (self-refinement) or on eflomal's as before
     "transformer-align-then-self": ("transformer-align", ["--init-from", "{runs}/transformer-align/best.pt",
@@ -88,6 +92,21 @@ def eflomal_links(args: argparse.Namespace, sources: list[str], targets: list[st
     return whole
 
 
+def teacher_links(args: argparse.Namespace, rule: str) -> Path:
+    """``runs/train.RULE.talp``: the training part of eflomal's links of ``runs/corpus.*`` (``eflomal_links``)
+    symmetrized by ``rule``, from a run of its own (eflomal samples: not the links of ``train.talp``'s run)."""
+    home = args.runs
+    whole, train = home / f"eflomal.{rule}.talp", home / f"train.{rule}.talp"
+    if not train.is_file():
+        subprocess.run([sys.executable, "-m", "seq2seq", "wordalign", "--source", str(home / "corpus.src"),
+                        "--target", str(home / "corpus.tgt"), "--output", str(whole), "--symmetrize", rule],
+                       check=True, cwd=ROOT)
+        count = len(read_lines(args.data_dir / f"train.{args.src}"))
+        lines = whole.read_text(encoding="utf-8").splitlines()
+        train.write_text("".join(line + "\n" for line in lines[:count]), encoding="utf-8")
+    return train
+
+
 def score_links(lines: list[str], gold) -> dict:
     from seq2seq.alignment.links import alignment_error_rate, parse_pharaoh
 
@@ -105,7 +124,8 @@ def train_commands(args: argparse.Namespace, spm: Path, threads: int | None) -> 
             continue  # finished: reused
         preset, flags = VARIANTS[name]
         copy_tokenizer(spm, run_dir)
-        extra = [flag.replace("{talp}", talp).replace("{runs}", str(args.runs)) for flag in flags]
+        extra = [str(teacher_links(args, flag[6:-1])) if flag.startswith("{talp:") else
+                 flag.replace("{talp}", talp).replace("{runs}", str(args.runs)) for flag in flags]
         extra += ["--max-minutes", str(args.minutes)]
         if threads:
             extra += ["--threads", str(threads)]
