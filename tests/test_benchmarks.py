@@ -3,7 +3,11 @@ record (JSON with provenance, markdown table beside it). Speeds measured here me
 point is that the scripts a reader would rerun still work."""
 from __future__ import annotations
 
+import contextlib
+import importlib
+import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import run_main
 from seq2seq.toy import toy_corpus
 
 pytestmark = pytest.mark.slow  # subprocesses that train: `pytest -m "not slow"` skips them
@@ -21,10 +26,40 @@ TINY_MODEL = ["--d-model", "32", "--heads", "2", "--ff-size", "64", "--layers", 
 
 
 def script(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), *args], capture_output=True, text=True,
-                          cwd=cwd, stdin=subprocess.DEVNULL, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return proc
+    """``python benchmarks/NAME ARGS`` run from ``cwd``, as its ``main(argv)`` in this process (no Python +
+    torch start-up; what the script's own subprocesses print is not captured): ``sys.argv`` as the command
+    would have it (records keep it), the working directory, the environment and torch's thread count are
+    restored afterwards. One test keeps the real command
+    (``test_ab_speed_...``: ``ab_speed.py`` as a user runs it)."""
+    module = importlib.import_module(Path(name).stem)
+    out, err = io.StringIO(), io.StringIO()
+    here, environ, threads, argv = Path.cwd(), dict(os.environ), torch.get_num_threads(), sys.argv
+    try:
+        os.chdir(cwd)
+        sys.argv = [str(ROOT / "benchmarks" / name), *args]  # the record's command
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = module.main(list(args))
+            except SystemExit as exc:
+                code = exc.code
+    finally:
+        os.chdir(here)
+        sys.argv = argv
+        os.environ.clear()
+        os.environ.update(environ)
+        torch.set_num_threads(threads)
+    assert code in (0, None), out.getvalue()[-2000:] + err.getvalue()[-3000:]
+    return subprocess.CompletedProcess([name, *args], 0, out.getvalue(), err.getvalue())
+
+
+def train_in_process(*argv: str) -> None:
+    """``seq2seq train ARGV`` in this process (``conftest.run_main``), torch's thread count restored."""
+    threads = torch.get_num_threads()
+    try:
+        code, out, err = run_main(["train", *argv])
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0, out[-2000:] + err[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +76,8 @@ def data(tmp_path_factory) -> Path:
 def tiny_run(data: Path, tmp_path: Path) -> Path:
     """A TINY_MODEL Transformer trained on ``data`` (en -> de) in ``tmp_path / "run"``."""
     run = tmp_path / "run"
-    subprocess.run([sys.executable, "-m", "seq2seq", "train", "--data-dir", str(data), "--src", "en", "--tgt", "de",
-                    "--test-split", "test", "--vocab-size", "60", "--device", "cpu", "--output-dir", str(run),
-                    "--no-final-test", "--quiet", *TINY_MODEL], check=True, cwd=tmp_path, capture_output=True)
+    train_in_process("--data-dir", str(data), "--src", "en", "--tgt", "de", "--test-split", "test", "--vocab-size",
+                     "60", "--device", "cpu", "--output-dir", str(run), "--no-final-test", "--quiet", *TINY_MODEL)
     return run
 
 
@@ -278,10 +312,7 @@ def test_gpu_smoke_resume_check_needs_the_step_count_to_grow_and_finite_losses(t
 
 def test_ctranslate2_benchmark_decodes_with_both_engines_in_every_mode(data, tmp_path):
     pytest.importorskip("ctranslate2")
-    run_dir = tmp_path / "run"
-    subprocess.run([sys.executable, "-m", "seq2seq", "train", "--data-dir", str(data), "--src", "en", "--tgt", "de",
-                    "--test-split", "test", "--vocab-size", "60", "--device", "cpu", "--quiet", "--no-final-test",
-                    "--output-dir", str(run_dir), *TINY_MODEL], check=True, cwd=tmp_path, capture_output=True)
+    run_dir = tiny_run(data, tmp_path)
     out = tmp_path / "ct2.json"
     script("bench_ctranslate2.py", "--checkpoint", str(run_dir), "--data-dir", str(data), "--src", "en", "--tgt",
            "de", "--test-split", "test", "--batch1-sentences", "2", "--threads", "1", "--out", str(out),
