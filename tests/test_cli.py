@@ -66,23 +66,23 @@ def test_output_file_reference_scores_and_nbest(checkpoint, tmp_path):
     ref = tmp_path / "ref.txt"
     ref.write_text("einundzwanzig\nsieben\n", encoding="utf-8")
     out = tmp_path / "out.txt"
-    proc = run("translate.py", "--checkpoint", str(checkpoint), "--input", str(src), "--output", str(out),
-               "--reference", str(ref))
-    assert proc.returncode == 0, proc.stderr
+    code, _, err = run_main(["translate", "--checkpoint", str(checkpoint), "--input", str(src), "--output", str(out),
+                             "--reference", str(ref)])  # in process: the real start-up is the filter test's
+    assert code == 0, err
     assert len(out.read_text(encoding="utf-8").splitlines()) == 2
-    assert "BLEU" in proc.stderr and "chrF2" in proc.stderr and "nrefs:1" in proc.stderr
-    nbest = run("translate.py", "--checkpoint", str(checkpoint), "--beam-size", "3", "--n-best", "3",
-                stdin="seven\n")
-    rows = nbest.stdout.splitlines()
-    assert len(rows) == 3 and all(r.startswith("0 ||| ") for r in rows)
+    assert "BLEU" in err and "chrF2" in err and "nrefs:1" in err
+    code, nbest, err = run_main(["translate", "--checkpoint", str(checkpoint), "--beam-size", "3", "--n-best", "3"],
+                                stdin="seven\n")
+    rows = nbest.splitlines()
+    assert code == 0 and len(rows) == 3 and all(r.startswith("0 ||| ") for r in rows), err
     export = tmp_path / "nbest.jsonl"
-    proc = run("translate.py", "--checkpoint", str(checkpoint), "--beam-size", "3", "--n-best", "3",
-               "--alignments", str(export), stdin="three hundred and four\n")
-    assert proc.returncode == 0, proc.stderr
+    code, listed, err = run_main(["translate", "--checkpoint", str(checkpoint), "--beam-size", "3", "--n-best", "3",
+                                  "--alignments", str(export)], stdin="three hundred and four\n")
+    assert code == 0, err
     [record] = [json.loads(line) for line in export.read_text(encoding="utf-8").splitlines()]
     alternatives = record["alternatives"]
     assert [a["rank"] for a in alternatives] == [2, 3]
-    texts = [line.split(" ||| ")[1] for line in proc.stdout.splitlines()]
+    texts = [line.split(" ||| ")[1] for line in listed.splitlines()]
     assert [record["target"]] + [a["target"] for a in alternatives] == texts  # the n-best list, in order
     arrays = np.load(export.with_suffix(".npz"))
     from seq2seq.decoding.translator import Translator
@@ -116,12 +116,11 @@ def test_shortlist_written_by_training_used_by_translate_and_rebuilt_by_its_cli(
                                "--shortlist-sizes", "2", "5"], stdin=lines)
     assert code == 0 and len(out.splitlines()) == 3, err
     tgt.write_text("einundzwanzig\n", encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "seq2seq", "shortlist", "--checkpoint", str(checkpoint),
-                           "--src", str(src), "--tgt", str(tgt)], capture_output=True, text=True, cwd=ROOT)
-    assert "--src is deprecated" in proc.stderr  # the old flag names still work, with a warning
-    assert proc.returncode == 2 and "line-aligned" in proc.stderr and "Traceback" not in proc.stderr
+    code, _, err = run_main(["shortlist", "--checkpoint", str(checkpoint), "--src", str(src), "--tgt", str(tgt)])
+    assert "--src is deprecated" in err  # the old flag names still work, with a warning
+    assert code == 2 and "line-aligned" in err and "Traceback" not in err
     # the message names both files and their line counts (catches a message that drops a name or a count)
-    assert f"--source {src} has 3 lines but --target {tgt} has 1" in " ".join(proc.stderr.split()), proc.stderr
+    assert f"--source {src} has 3 lines but --target {tgt} has 1" in " ".join(err.split()), err
 
 
 def test_translate_samples_reproducibly_with_a_seed(checkpoint):
@@ -202,9 +201,9 @@ def test_translate_with_an_ensemble_of_checkpoints(checkpoint, tmp_path):
     other = Tokenizer.train(["eins zwei drei", "one two three"] * 5, vocab_size=20)
     foreign = _checkpoint_like(checkpoint, tmp_path / "foreign.pt", tokenizer=other, arch="transformer", d_model=16,
                                heads=2, ff_size=32, layers=1)
-    proc = run("translate.py", "--checkpoint", str(checkpoint), str(foreign), stdin=lines)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert str(checkpoint) in proc.stderr and str(foreign) in proc.stderr and "SentencePiece" in proc.stderr
+    code, _, err = translate(str(checkpoint), str(foreign))
+    assert code == 2 and "Traceback" not in err
+    assert str(checkpoint) in err and str(foreign) in err and "SentencePiece" in err
 
 
 @pytest.mark.parametrize("args, message", [
@@ -267,9 +266,9 @@ def test_written_files_are_readable_as_the_umask_allows(checkpoint, tmp_path):
 
 def test_bad_output_never_leaves_a_half_written_file(checkpoint, tmp_path):
     out = tmp_path / "out.txt"
-    proc = run("translate.py", "--checkpoint", str(checkpoint), "--output", str(out),
-               "--input", str(tmp_path / "absent.txt"))
-    assert proc.returncode == 2 and not out.exists()
+    code, _, _ = run_main(["translate", "--checkpoint", str(checkpoint), "--output", str(out),
+                           "--input", str(tmp_path / "absent.txt")])
+    assert code == 2 and not out.exists()
     assert not list(tmp_path.glob(".*"))
 
 
@@ -278,19 +277,20 @@ def test_bad_output_never_leaves_a_half_written_file(checkpoint, tmp_path):
     (["--config", "missing.yaml"], "missing.yaml"),
     (["--resume"], "--output-dir"),
 ])
-def test_train_errors_are_clear(tmp_path, args, message):
-    proc = run("train.py", *args, "--output-dir" if "--resume" not in args else "--quiet",
-               *([str(tmp_path / "run")] if "--resume" not in args else []), cwd=tmp_path)
-    assert proc.returncode == 2, proc.stderr
-    assert message in proc.stderr and "Traceback" not in proc.stderr
+def test_train_errors_are_clear(tmp_path, args, message, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # in process (the real start-up is the trained fixture's)
+    code, _, err = run_main(["train", *args, "--output-dir" if "--resume" not in args else "--quiet",
+                             *([str(tmp_path / "run")] if "--resume" not in args else [])])
+    assert code == 2, err
+    assert message in err and "Traceback" not in err
 
 
 def test_config_file_with_unknown_key(tmp_path):
     cfg = tmp_path / "run.yaml"
     cfg.write_text("model:\n  arch: rnn\n  hiden_size: 64\n", encoding="utf-8")
-    proc = run("train.py", "--config", str(cfg), "--output-dir", str(tmp_path / "run"), cwd=tmp_path)
-    assert proc.returncode == 2
-    assert "hiden_size" in proc.stderr and "run.yaml" in proc.stderr and "Traceback" not in proc.stderr
+    code, _, err = run_main(["train", "--config", str(cfg), "--output-dir", str(tmp_path / "run")])
+    assert code == 2
+    assert "hiden_size" in err and "run.yaml" in err and "Traceback" not in err
 
 
 def test_bench_decodes_with_and_without_the_shortlist(checkpoint, tmp_path, monkeypatch):
