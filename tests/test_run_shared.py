@@ -20,7 +20,6 @@ import json, sys, time
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 import run_shared
-from test_training import assert_same_weights
 
 def build(directory):
     with open({log!r}, "a") as log:
@@ -77,7 +76,6 @@ HOLD = """
 import sys, time
 sys.path.insert(0, {tests!r})
 import run_shared
-from test_training import assert_same_weights
 with run_shared.machine_share(alone={alone}):
     start = time.time()
     time.sleep({seconds})
