@@ -23,15 +23,17 @@ _EXPORTS = {
     "build_model": "models",
     "TrainResult": "training.run", "train": "training.run",
     "Translation": "decoding.translator", "Translator": "decoding.translator",
+    "BackwardAligner": "decoding.forced_alignment",
 }
-__all__ = ["DataConfig", "DecodeConfig", "ModelConfig", "PRESETS", "RunConfig", "TrainConfig", "TrainResult",
-           "Translation", "Translator", "UserError", "build_model", "train"]  # = _EXPORTS (tested)
+__all__ = ["BackwardAligner", "DataConfig", "DecodeConfig", "ModelConfig", "PRESETS", "RunConfig", "TrainConfig",
+           "TrainResult", "Translation", "Translator", "UserError", "build_model", "train"]  # = _EXPORTS (tested)
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports on demand
     from .config import PRESETS, DataConfig, DecodeConfig, ModelConfig, RunConfig, TrainConfig
     from .errors import UserError
     from .models import build_model
     from .training.run import TrainResult, train
+    from .decoding.forced_alignment import BackwardAligner
     from .decoding.translator import Translation, Translator
 
 

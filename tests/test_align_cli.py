@@ -18,7 +18,7 @@ from seq2seq.checkpoint.file import load_checkpoint, save_checkpoint
 from seq2seq.config import AlignConfig, ModelConfig, RunConfig
 from seq2seq.models import build_model
 from seq2seq.training.run import train
-from seq2seq.decoding.forced_alignment import force_align_words
+from seq2seq.decoding.forced_alignment import BackwardAligner, force_align_words
 from seq2seq.decoding.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -209,7 +209,18 @@ def test_align_command_scores_and_writes_pharaoh(checkpoint, gold_files, tmp_pat
     forward = force_align_words(translator, sources, targets, layer, heads)
     back = force_align_words(Translator.from_checkpoint(backward, device="cpu"), targets, sources, layer, heads)
     assert both == [extract_links(agreement_matrix(f, b), "argmax") for f, b in zip(forward, back)]
+    backward_model = Translator.from_checkpoint(backward, device="cpu")  # the Python API: the same links
+    assert BackwardAligner(translator, backward_model, AlignConfig(method="argmax")).aligned(sources, targets) == both
+    intersected = BackwardAligner(translator, backward_model, AlignConfig(method="argmax"), "intersection")
+    assert intersected.aligned(sources, targets) == read_pharaoh_file(links_of(argv, backward, "intersection"))[0]
     assert scores["intersection"]["predicted"] <= scores["forward"]["predicted"]
+
+
+def links_of(argv: list[str], backward: Path, rule: str) -> Path:
+    """``seq2seq align ARGV --backward-checkpoint BACKWARD --symmetrize RULE``'s --output file."""
+    out = backward.with_name(f"links-{rule}.txt")
+    assert align.main([*argv, "--backward-checkpoint", str(backward), "--symmetrize", rule, "--output", str(out)]) == 0
+    return out
 
 
 def reversed_checkpoint(checkpoint: Path, path: Path) -> Path:

@@ -77,20 +77,35 @@ class BackwardAligner:
     forward model's as ``symmetrize`` says (``MODEL_SYMMETRIZATIONS``: a rule on both directions' links,
     ``alignment.links.symmetrized``, or ``agreement``, links read from both matrices at once,
     ``alignment.links.agreement_matrix``), tags (``--markup``) as ``markup_symmetrize`` says. ``symmetrize``
-    None: the measured best rule for each (``MODEL_SYMMETRIZATION``, ``MARKUP_SYMMETRIZATION``)."""
+    None: the measured best rule for each (``MODEL_SYMMETRIZATION``, ``MARKUP_SYMMETRIZATION``); ``align`` None:
+    each model's supervised heads where it was trained with guided alignment, else the default layer and heads.
+    ``aligned(sources, targets)`` does it all for given sentence pairs (the Python API's two-direction
+    alignment)."""
 
-    def __init__(self, forward: Translator, backward: Translator, align: AlignConfig, symmetrize: str | None = None,
-                 batch_size: int = 32, flag: str = "--backward-checkpoint") -> None:
+    def __init__(self, forward: Translator, backward: Translator, align: AlignConfig | None = None,
+                 symmetrize: str | None = None, batch_size: int = 32, flag: str = "--backward-checkpoint") -> None:
         check_backward(forward, backward, flag)
+        align = align or AlignConfig(model_default=True)  # each model's supervised heads where it has them
         if symmetrize is not None and symmetrize not in MODEL_SYMMETRIZATIONS:  # fails now, not after a batch
             raise UserError(f"--symmetrize must be one of {', '.join(MODEL_SYMMETRIZATIONS)}, got {symmetrize!r}")
         self.symmetrize = symmetrize or MODEL_SYMMETRIZATION
         self.markup_symmetrize = symmetrize or MARKUP_SYMMETRIZATION
-        self.backward, self.batch_size = backward, batch_size
+        self.forward, self.backward, self.batch_size = forward, backward, batch_size
+        own = align.for_model(forward.supervised_attention)
+        self.forward_layer, self.forward_heads = check_layer_heads(own.layer, own.heads, forward.model)
         chosen = align.for_model(backward.supervised_attention)
         self.layer, self.heads = check_layer_heads(chosen.layer, chosen.heads, backward.model)
         self.method, self.threshold = chosen.method, chosen.threshold
         self.markup_threshold = chosen.for_markup().threshold
+
+    def aligned(self, sources: Sequence[str], targets: Sequence[str]) -> list[set[Link]]:
+        """The (source word, target word) links of given sentence pairs (a reference, a translation) from both
+        models, combined as ``symmetrize`` says: what ``seq2seq align --output`` writes for them. Words are
+        whitespace tokens, as ``force_align_words`` says."""
+        words = force_align_words(self.forward, sources, targets, self.forward_layer, self.forward_heads,
+                                  self.batch_size)
+        return [self.combined(extract_links(own, self.method, self.threshold), own, back)
+                for own, back in zip(words, self.backward_words(sources, targets))]
 
     def backward_words(self, sources: Sequence[str], targets: Sequence[str]) -> list[np.ndarray]:
         """The backward model's ``(source words, target words)`` attention of each pair (its rows: our source)."""
