@@ -481,3 +481,25 @@ def test_rnn_step_benchmark_times_the_step_eager_and_compiled(tmp_path):
     assert [r["rows"] for r in record["results"]] == [1, 3] and record["backend"] == "eager"
     assert all(r["max_logit_difference"] == 0 and r["eager_ms_per_step"] > 0 for r in record["results"])
     assert "| 3 |" in (tmp_path / "rnn-step.md").read_text()
+
+
+def test_aoti_step_benchmark_compiles_the_step_into_a_package_that_decodes_like_the_eager_step(tmp_path):
+    """Smoke run of bench_aoti_step.py: one decoder layer, no Inductor options, torch.compile's "eager" backend;
+    the AOTInductor package is compiled for real (a C++ compiler is needed) and its logits match eager ones.
+    What the script patches in ``models.compiled`` for its own run is restored."""
+    from seq2seq.models import compiled
+
+    if not torch._inductor.cpp_builder.get_cpp_compiler():  # pragma: no cover - CI has one
+        pytest.skip("no C++ compiler")
+    before = compiled.INDUCTOR_OPTIONS, compiled.BACKEND
+    out = tmp_path / "aoti-step.json"
+    script("bench_aoti_step.py", "--vocab-size", "100", "--source-length", "5", "--rows", "3", "--steps", "4",
+           "--rounds", "1", "--layers", "1", "--options", "plain", "--backend", "eager", "--out", str(out),
+           cwd=tmp_path)  # one row count: each compiles a package (~15 s)
+    assert (compiled.INDUCTOR_OPTIONS, compiled.BACKEND) == before
+    record = check_record(out, "aoti-step")
+    assert [r["rows"] for r in record["results"]] == [3] and record["layers"] == 1
+    for row in record["results"]:
+        assert row["max_logit_difference"]["compiled"] == 0 and row["max_logit_difference"]["aoti"] < 1e-4
+        assert row["aoti_load_s"] < row["aoti_compile_s"] and row["package_mb"] > 0
+    assert "| 3 |" in out.with_suffix(".md").read_text()

@@ -1,0 +1,201 @@
+"""The Transformer's one-sentence decoding step compiled ahead of time (AOTInductor) against eager and against
+``torch.compile`` (issue 48: a compiled step that a second start loads instead of compiling), from the
+repository root:
+
+    python benchmarks/bench_aoti_step.py [--preset transformer] [--vocab-size 8000] [--source-length 14]
+        [--rows 1 5] [--steps 200] [--rounds 5] [--threads 1] [--options full|plain] [--out FILE.json]
+
+The preset's model (its sizes, random weights: a step's time does not depend on them) encodes one source of
+``--source-length`` tokens; ``static_step`` (the step ``models.compiled.CompiledStep`` compiles) runs
+``--steps`` greedy steps with ``--rows`` decoder rows (1: greedy search, k: a beam of k), its own argmax fed
+back, three ways, interleaved for ``--rounds`` rounds (median per step):
+
+- **eager**: ``static_step`` itself;
+- **torch.compile**: ``CompiledStep``, the product's path today (Dynamo, guards skipped for a known graph,
+  ``INDUCTOR_OPTIONS``, or none with ``--options plain``; ``--backend``); its first call's compile time;
+- **AOTInductor**: ``static_step`` exported (``torch.export``: the source and cache lengths dynamic
+  dimensions, the caches written in place) and compiled into a package file
+  (``torch._inductor.aoti_compile_and_package``, the same Inductor options with ``--options full``, none with
+  ``plain``), then loaded (``aoti_load_package``) and called with no Dynamo in between: the compile time, the
+  package's size and its **load time**, what a second start of the same model would pay instead of compiling.
+
+AOTInductor assumes the strides its inputs had when exported: the encoder's cross-attention keys and values are
+views of a fused projection, so they are made contiguous before every call (once per sentence in a decoder).
+Records the largest logit difference from eager over the first steps, and the CPU model and flags.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from common import ROOT, provenance, write_record
+from seq2seq.config import RunConfig
+from seq2seq.io_utils import markdown_table
+from seq2seq.models import build_model
+from seq2seq.models import compiled as compiled_module
+from seq2seq.models.compiled import INDUCTOR_OPTIONS, CompiledStep
+from seq2seq.tokenizer import BOS_ID, EOS_ID
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="transformer")
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--source-length", type=int, default=14, help="source tokens incl. EOS (Multi30k: ~14)")
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 5], help="decoder rows: 1 greedy, k a beam")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (a server decodes lone sentences on 1)")
+    parser.add_argument("--layers", type=int, help="encoder and decoder layers (default: the preset's)")
+    parser.add_argument("--options", choices=("full", "plain"), default="full",
+                        help="Inductor options for both compiled paths: the product's (full) or none (a quick run)")
+    parser.add_argument("--backend", default="inductor", help="torch.compile's backend (eager: a quick smoke run)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "aoti-step.json")
+    return parser.parse_args(argv)
+
+
+class FlatStep(torch.nn.Module):
+    """``static_step`` with flat tensor inputs (what ``torch.export`` takes): the source mask, the position,
+    the tokens, then each layer's cross-attention key and value, then each layer's cache key and value;
+    returns the logits (no attention, no shortlist)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model, self.layers = model, len(model.decoder)
+
+    def forward(self, src_mask: torch.Tensor, position: torch.Tensor, tokens: torch.Tensor, *kv: torch.Tensor):
+        n = self.layers
+        cross = [(kv[2 * i], kv[2 * i + 1]) for i in range(n)]
+        caches = [(kv[2 * n + 2 * i], kv[2 * n + 2 * i + 1]) for i in range(n)]
+        logits, _ = self.model.static_step({"src_mask": src_mask, "cross_kv": cross}, caches, position, tokens,
+                                           False, None)
+        return logits
+
+
+def run_steps(call, memory: dict, state: dict, rows: int, steps: int) -> tuple[float, list[torch.Tensor]]:
+    """Seconds per step of ``steps`` greedy steps from BOS through ``call(src_mask, position, tokens, state)``
+    on a fresh copy of the caches, and the first steps' logits."""
+    state = {"self_kv": [(k.clone(), v.clone()) for k, v in state["self_kv"]], "step": state["step"].clone()}
+    tokens = torch.full((rows,), BOS_ID, dtype=torch.long)
+    seen = []
+    start = time.perf_counter()
+    for t in range(steps):
+        logits = call(memory, state, torch.tensor([t]), tokens)
+        tokens = logits.argmax(-1)
+        if t < 5:
+            seen.append(logits.clone())
+    return (time.perf_counter() - start) / steps, seen
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    cfg = RunConfig.from_preset(args.preset).resolved("cpu")
+    cfg.model.vocab_size = args.vocab_size
+    if args.layers:
+        cfg.model.layers = args.layers
+    model = build_model(cfg.model).eval()
+    model.static_cache = True
+    options = dict(INDUCTOR_OPTIONS) if args.options == "full" else {}
+    saved = compiled_module.INDUCTOR_OPTIONS, compiled_module.BACKEND  # what CompiledStep compiles with
+    compiled_module.INDUCTOR_OPTIONS, compiled_module.BACKEND = options, args.backend
+    try:
+        return measure(args, model, options)
+    finally:
+        compiled_module.INDUCTOR_OPTIONS, compiled_module.BACKEND = saved
+
+
+def measure(args: argparse.Namespace, model: torch.nn.Module, options: dict) -> int:
+    record = {**provenance("aoti-step"), "preset": args.preset, "layers": len(model.decoder),
+              "vocab_size": args.vocab_size, "source_length": args.source_length, "threads": args.threads,
+              "steps": args.steps, "rounds": args.rounds, "options": args.options, "backend": args.backend,
+              "results": []}
+    rows_out = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for rows in args.rows:
+            src = torch.randint(4, args.vocab_size, (1, args.source_length))
+            src[:, -1] = EOS_ID
+            with torch.no_grad():
+                one = model.encode(src, torch.ones_like(src, dtype=torch.bool))
+                state = model.init_state(one, args.steps + 1)  # preallocated: one sentence
+                state = {"self_kv": [(k.repeat(rows, 1, 1, 1), v.repeat(rows, 1, 1, 1)) for k, v in state["self_kv"]],
+                         "step": state["step"]}  # its beam of ``rows`` rows, as beam search reorders them
+                many = src.repeat(rows, 1)
+                memory = model.encode(many, torch.ones_like(many, dtype=torch.bool))
+                flat = FlatStep(model).eval()
+                cross = [t.contiguous() for kv in memory["cross_kv"] for t in kv]
+
+                def eager(memory, state, position, tokens):
+                    return model.static_step(memory, state["self_kv"], position, tokens, False, None)[0]
+
+                step = CompiledStep(model)
+
+                def compiled(memory, state, position, tokens):
+                    return step(memory, state["self_kv"], position, tokens, False, None)[0]
+
+                began = time.perf_counter()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    run_steps(compiled, memory, state, rows, 2)
+                compile_s = time.perf_counter() - began
+                if step.failure:
+                    raise SystemExit(f"torch.compile failed: {step.failure}")
+
+                began = time.perf_counter()
+                length, cache = torch.export.Dim("source", min=2, max=1024), torch.export.Dim("cache", min=16, max=4096)
+                example = (memory["src_mask"], torch.zeros(1, dtype=torch.long), torch.full((rows,), BOS_ID),
+                           *cross, *[t.clone() for kv in state["self_kv"] for t in kv])
+                shapes = ({1: length}, None, None, tuple([{2: length}] * len(cross) + [{2: cache}] * len(cross)))
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    exported = torch.export.export(flat, example, dynamic_shapes=shapes)
+                    package = torch._inductor.aoti_compile_and_package(
+                        exported, package_path=str(Path(scratch) / f"step-{rows}.pt2"), inductor_configs=options)
+                aoti_compile_s = time.perf_counter() - began
+                began = time.perf_counter()
+                runner = torch._inductor.aoti_load_package(package)
+                load_s = time.perf_counter() - began
+
+                def ahead(memory, state, position, tokens):
+                    return runner(memory["src_mask"], position, tokens, *cross,
+                                  *[t for kv in state["self_kv"] for t in kv])
+
+                times: dict[str, list[float]] = {"eager": [], "compiled": [], "aoti": []}
+                seen = {}
+                for _ in range(args.rounds):
+                    for name, call in (("eager", eager), ("compiled", compiled), ("aoti", ahead)):
+                        seconds, seen[name] = run_steps(call, memory, state, rows, args.steps)
+                        times[name].append(seconds)
+            difference = {name: max(float((a - b).abs().max()) for a, b in zip(seen["eager"], seen[name]))
+                          for name in ("compiled", "aoti")}
+            ms = {name: 1000 * statistics.median(values) for name, values in times.items()}
+            result = {"rows": rows, **{f"{name}_ms_per_step": round(value, 4) for name, value in ms.items()},
+                      "compile_s": round(compile_s, 1), "aoti_compile_s": round(aoti_compile_s, 1),
+                      "aoti_load_s": round(load_s, 3), "package_mb": round(Path(package).stat().st_size / 2 ** 20, 1),
+                      "max_logit_difference": difference}
+            record["results"].append(result)
+            print(result, file=sys.stderr, flush=True)
+            rows_out.append([rows, f"{ms['eager']:.3f}", f"{ms['compiled']:.3f}", f"{ms['aoti']:.3f}",
+                             f"{compile_s:.1f}", f"{aoti_compile_s:.1f}", f"{load_s:.2f}", f"{result['package_mb']}",
+                             f"{difference['compiled']:.1e} / {difference['aoti']:.1e}"])
+    table = (f"`{args.preset}` decoding step at batch 1 (random weights, vocab {args.vocab_size}, a source of "
+             f"{args.source_length} tokens, {args.threads} thread(s), Inductor options: {args.options}), median of "
+             f"{args.rounds} interleaved rounds of {args.steps} greedy steps.\n\n"
+             + markdown_table(["rows", "eager ms/step", "torch.compile ms/step", "AOTInductor ms/step",
+                               "torch.compile s", "AOTInductor compile s", "package load s", "package MB",
+                               "max logit difference (compile / AOT)"], rows_out))
+    write_record(args.out, record, table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
