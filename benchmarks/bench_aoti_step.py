@@ -35,10 +35,8 @@ from pathlib import Path
 
 import torch
 
-from common import ROOT, provenance, write_record
-from seq2seq.config import RunConfig
+from common import add_step_flags, provenance, step_model, write_record
 from seq2seq.io_utils import markdown_table
-from seq2seq.models import build_model
 from seq2seq.models import compiled as compiled_module
 from seq2seq.models.compiled import INDUCTOR_OPTIONS, CompiledStep
 from seq2seq.tokenizer import BOS_ID, EOS_ID
@@ -46,18 +44,10 @@ from seq2seq.tokenizer import BOS_ID, EOS_ID
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default="transformer")
-    parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--source-length", type=int, default=14, help="source tokens incl. EOS (Multi30k: ~14)")
-    parser.add_argument("--rows", type=int, nargs="+", default=[1, 5], help="decoder rows: 1 greedy, k a beam")
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (a server decodes lone sentences on 1)")
+    add_step_flags(parser, "transformer", "aoti-step.json")
     parser.add_argument("--layers", type=int, help="encoder and decoder layers (default: the preset's)")
     parser.add_argument("--options", choices=("full", "plain"), default="full",
                         help="Inductor options for both compiled paths: the product's (full) or none (a quick run)")
-    parser.add_argument("--backend", default="inductor", help="torch.compile's backend (eager: a quick smoke run)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "aoti-step.json")
     return parser.parse_args(argv)
 
 
@@ -96,13 +86,7 @@ def run_steps(call, memory: dict, state: dict, rows: int, steps: int) -> tuple[f
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    cfg = RunConfig.from_preset(args.preset).resolved("cpu")
-    cfg.model.vocab_size = args.vocab_size
-    if args.layers:
-        cfg.model.layers = args.layers
-    model = build_model(cfg.model).eval()
+    model = step_model(args, **({"layers": args.layers} if args.layers else {}))
     model.static_cache = True
     options = dict(INDUCTOR_OPTIONS) if args.options == "full" else {}
     saved = compiled_module.INDUCTOR_OPTIONS, compiled_module.BACKEND  # what CompiledStep compiles with

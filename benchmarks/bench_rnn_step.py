@@ -21,28 +21,17 @@ import statistics
 import sys
 import time
 import warnings
-from pathlib import Path
 
 import torch
 
-from common import ROOT, provenance, write_record
-from seq2seq.config import RunConfig
+from common import add_step_flags, provenance, step_model, write_record
 from seq2seq.io_utils import markdown_table
-from seq2seq.models import build_model
 from seq2seq.models.compiled import INDUCTOR_OPTIONS
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default="rnn-bahdanau")
-    parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--source-length", type=int, default=14, help="source tokens incl. EOS (Multi30k: ~14)")
-    parser.add_argument("--rows", type=int, nargs="+", default=[1, 5], help="decoder rows: 1 greedy, k a beam")
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (a server decodes lone sentences on 1)")
-    parser.add_argument("--backend", default="inductor", help="torch.compile's backend (eager: a quick smoke run)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "rnn-step.json")
+    add_step_flags(parser, "rnn-bahdanau", "rnn-step.json")
     return parser.parse_args(argv)
 
 
@@ -62,11 +51,7 @@ def run_steps(step, memory: dict, state: dict, rows: int, steps: int) -> tuple[f
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    cfg = RunConfig.from_preset(args.preset).resolved("cpu")
-    cfg.model.vocab_size = args.vocab_size
-    model = build_model(cfg.model).eval()
+    model = step_model(args)
     record = {**provenance("rnn-step"), "preset": args.preset, "backend": args.backend, "vocab_size": args.vocab_size,
               "source_length": args.source_length, "threads": args.threads, "steps": args.steps,
               "rounds": args.rounds, "results": []}

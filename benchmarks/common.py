@@ -90,6 +90,39 @@ def add_run_flags(parser, default_out: str, runs_help: str = "reused if finished
     parser.add_argument("extra", nargs="*", help="extra train flags after --, applied to every run")
 
 
+def add_step_flags(parser, preset: str, default_out: str) -> None:
+    """The flags of the one-sentence decoding-step benchmarks (``bench_rnn_step.py``, ``bench_aoti_step.py``):
+    the preset whose sizes the model takes (``step_model``), the source, the decoder rows, the steps and rounds
+    timed, torch's threads, torch.compile's backend and the record."""
+    parser.add_argument("--preset", default=preset)
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--source-length", type=int, default=14, help="source tokens incl. EOS (Multi30k: ~14)")
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 5], help="decoder rows: 1 greedy, k a beam")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (a server decodes lone sentences on 1)")
+    parser.add_argument("--backend", default="inductor", help="torch.compile's backend (eager: a quick smoke run)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / default_out)
+
+
+def step_model(args, **sizes: int):
+    """``args.preset``'s model with ``args.vocab_size`` tokens (and ``sizes``: model options that replace the
+    preset's), random weights (seed 0: a step's time does not depend on them), in eval mode, on
+    ``args.threads`` torch threads."""
+    import torch
+
+    from seq2seq.config import RunConfig
+    from seq2seq.models import build_model
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    cfg = RunConfig.from_preset(args.preset).resolved("cpu")
+    cfg.model.vocab_size = args.vocab_size
+    for name, value in sizes.items():
+        setattr(cfg.model, name, value)
+    return build_model(cfg.model).eval()
+
+
 def runs_dir(args) -> Path:
     """The directory of ``add_run_flags``' runs (``--runs``, or ``--out`` without its suffix), created."""
     runs = args.runs or args.out.with_suffix("")
