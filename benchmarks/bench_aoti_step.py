@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from common import add_step_flags, provenance, step_model, write_record
+from common import add_step_flags, greedy_steps, provenance, step_model, write_record
 from seq2seq.io_utils import markdown_table
 from seq2seq.models import compiled as compiled_module
 from seq2seq.models.compiled import INDUCTOR_OPTIONS, CompiledStep
@@ -70,18 +70,9 @@ class FlatStep(torch.nn.Module):
 
 
 def run_steps(call, memory: dict, state: dict, rows: int, steps: int) -> tuple[float, list[torch.Tensor]]:
-    """Seconds per step of ``steps`` greedy steps from BOS through ``call(src_mask, position, tokens, state)``
-    on a fresh copy of the caches, and the first steps' logits."""
+    """``greedy_steps`` through ``call(memory, state, position, tokens)`` on a fresh copy of the caches."""
     state = {"self_kv": [(k.clone(), v.clone()) for k, v in state["self_kv"]], "step": state["step"].clone()}
-    tokens = torch.full((rows,), BOS_ID, dtype=torch.long)
-    seen = []
-    start = time.perf_counter()
-    for t in range(steps):
-        logits = call(memory, state, torch.tensor([t]), tokens)
-        tokens = logits.argmax(-1)
-        if t < 5:
-            seen.append(logits.clone())
-    return (time.perf_counter() - start) / steps, seen
+    return greedy_steps(lambda t, tokens: call(memory, state, torch.tensor([t]), tokens), rows, steps)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,7 @@ import warnings
 
 import torch
 
-from common import add_step_flags, provenance, step_model, write_record
+from common import add_step_flags, greedy_steps, provenance, step_model, write_record
 from seq2seq.io_utils import markdown_table
 from seq2seq.models.compiled import INDUCTOR_OPTIONS
 
@@ -36,17 +36,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def run_steps(step, memory: dict, state: dict, rows: int, steps: int) -> tuple[float, list[torch.Tensor]]:
-    """Seconds per step of ``steps`` greedy steps from BOS (each row's argmax fed back), and the first
-    steps' logits."""
-    tokens = torch.full((rows,), 1, dtype=torch.long)
-    seen = []
-    start = time.perf_counter()
-    for t in range(steps):
-        logits, state, _ = step(memory, state, tokens, False, None)
-        tokens = logits.argmax(-1)
-        if t < 5:
-            seen.append(logits.clone())
-    return (time.perf_counter() - start) / steps, seen
+    """``greedy_steps`` through ``step`` (``step_eager`` or a compiled one), the state carried along."""
+    carried = {"state": state}
+
+    def advance(t: int, tokens: torch.Tensor) -> torch.Tensor:
+        logits, carried["state"], _ = step(memory, carried["state"], tokens, False, None)
+        return logits
+
+    return greedy_steps(advance, rows, steps)
 
 
 def main(argv: list[str] | None = None) -> int:

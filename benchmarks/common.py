@@ -123,6 +123,24 @@ def step_model(args, **sizes: int):
     return build_model(cfg.model).eval()
 
 
+def greedy_steps(step, rows: int, steps: int) -> tuple[float, list]:
+    """Seconds per step of ``steps`` greedy steps of ``rows`` decoder rows from BOS, ``step(t, tokens)``
+    returning the logits of step t (each row's argmax is fed back), and the first five steps' logits."""
+    import torch
+
+    from seq2seq.tokenizer import BOS_ID
+
+    tokens = torch.full((rows,), BOS_ID, dtype=torch.long)
+    seen = []
+    start = time.perf_counter()
+    for t in range(steps):
+        logits = step(t, tokens)
+        tokens = logits.argmax(-1)
+        if t < 5:
+            seen.append(logits.clone())
+    return (time.perf_counter() - start) / steps, seen
+
+
 def runs_dir(args) -> Path:
     """The directory of ``add_run_flags``' runs (``--runs``, or ``--out`` without its suffix), created."""
     runs = args.runs or args.out.with_suffix("")
