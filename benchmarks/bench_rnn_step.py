@@ -27,6 +27,7 @@ import torch
 from common import add_step_flags, greedy_steps, provenance, step_model, write_record
 from seq2seq.io_utils import markdown_table
 from seq2seq.models.compiled import INDUCTOR_OPTIONS
+from seq2seq.tokenizer import EOS_ID
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     rows_out = []
     for rows in args.rows:
         src = torch.randint(4, args.vocab_size, (rows, args.source_length))
-        src[:, -1] = 2  # EOS
+        src[:, -1] = EOS_ID
         mask = torch.ones_like(src, dtype=torch.bool)
         with torch.inference_mode():
             memory = model.encode(src, mask)
