@@ -272,3 +272,55 @@ def test_the_compiled_rnn_step_decodes_every_search_like_the_eager_one(variant, 
     assert model.compiled_step.graphs == graphs
     for got, expected in zip(again, batch):
         _assert_same([got], [expected])
+
+
+# ----------------------------------------------------------------------------- packaged (AOTInductor) steps
+
+
+@pytest.mark.slow  # two packages compiled
+def test_packaged_steps_decode_like_the_eager_step_and_a_second_model_loads_them(trained, monkeypatch, tmp_path):
+    """``compile_decoding(model, packages=DIR)``: greedy and beam search through AOTInductor packages give the eager
+    outputs; a second model with the same weights loads the packages without compiling; one with other weights
+    compiles its own; a damaged package is compiled again. Without Inductor's options (they choose kernels, not
+    results; benchmarks/bench_aoti_step.py measures them). Skipped where nothing compiles (no C++ compiler)."""
+    from seq2seq.models import packaged
+
+    monkeypatch.setattr(compiled, "INDUCTOR_OPTIONS", {})
+    model = make_model("transformer-pre").eval()
+    model.load_state_dict(trained.state_dict())
+    src, mask, _, _ = reverse_batch(3, torch.Generator().manual_seed(7))
+    sentences = [single(src, mask, i) for i in range(3)]
+    want = _decode_all(model, sentences)
+    assert compile_decoding(model, packages=str(tmp_path)) and model.compiled_encode is None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = _decode_all(model, sentences)
+    if model.compiled_step is None:
+        pytest.skip(f"AOTInductor unavailable here: {[str(w.message) for w in caught]}")
+    threads = torch.get_num_threads()
+    assert model.compiled_step.graphs == {(1, False, True, True, threads), (3, False, True, True, threads)}
+    for (greedy, beam), (greedy_want, beam_want) in zip(got, want):
+        _assert_same(greedy, greedy_want), _assert_same(beam, beam_want)
+    files = sorted(tmp_path.glob("step-*.pt2"))
+    assert len(files) == 2 and not list(tmp_path.glob(".*"))
+
+    def no_compiling(*args, **kwargs):
+        raise AssertionError("compiled although the package was there")
+
+    again = make_model("transformer-pre").eval()
+    again.load_state_dict(trained.state_dict())
+    with monkeypatch.context() as patched:
+        patched.setattr(torch._inductor, "aoti_compile_and_package", no_compiling)
+        compile_decoding(again, packages=str(tmp_path))
+        for (greedy, _), (greedy_want, _) in zip(_decode_all(again, sentences[:1]), want):
+            _assert_same(greedy, greedy_want)
+    assert again.compiled_step is not None and again.compiled_step.failure is None
+    other = make_model("transformer-pre", seed=1).eval()  # other weights: another package
+    assert packaged.PackagedStep(other, tmp_path, {}, lambda: None).path((1, False, True, True, threads)) not in files
+    files[0].write_bytes(b"not a package")  # damaged: compiled again, the outputs unchanged
+    third = make_model("transformer-pre").eval()
+    third.load_state_dict(trained.state_dict())
+    compile_decoding(third, packages=str(tmp_path))
+    for (greedy, beam), (greedy_want, beam_want) in zip(_decode_all(third, sentences[:1]), want):
+        _assert_same(greedy, greedy_want), _assert_same(beam, beam_want)
+    assert third.compiled_step.failure is None and files[0].read_bytes()[:4] != b"not "

@@ -71,9 +71,14 @@ def _attach(member: torch.nn.Module, step: Compiled | None, encode: Compiled | N
         member.static_cache = step is not None  # the eager static step is slower than the growing cache's
 
 
-def _compiled_parts(member: torch.nn.Module) -> tuple[Compiled, Compiled | None] | None:
-    """A model's compiled step and encoder for one sentence: a Transformer's static step and encoder, an
-    RNN's step (its encoder stays eager), or None."""
+def _compiled_parts(member: torch.nn.Module, packages: str | None = None) -> tuple[Any, Compiled | None] | None:
+    """A model's compiled step and encoder for one sentence: a Transformer's static step and encoder (with
+    ``packages``, a directory: the step as AOTInductor packages kept there, ``models.packaged``, the encoder
+    eager), an RNN's step (its encoder stays eager), or None."""
+    if hasattr(member, "static_step") and packages is not None:
+        from .packaged import PackagedStep  # torch.export and AOTInductor only where asked for
+
+        return PackagedStep(member, packages, INDUCTOR_OPTIONS, lambda: _attach(member, None, None)), None
     if hasattr(member, "static_step"):
         return CompiledStep(member), CompiledEncoder(member)
     if hasattr(member, "step_eager"):
@@ -81,14 +86,15 @@ def _compiled_parts(member: torch.nn.Module) -> tuple[Compiled, Compiled | None]
     return None
 
 
-def compile_decoding(model: torch.nn.Module) -> bool:
-    """Give ``model`` (an ensemble: each member) its compiled parts for one sentence (``_compiled_parts``),
-    so that the search decodes a lone sentence through them (a Transformer on preallocated caches). Each
-    graph compiles at its first call (``BackgroundCompile``: in a thread of its own, while the model
-    decodes eagerly). True if any model got them."""
+def compile_decoding(model: torch.nn.Module, packages: str | None = None) -> bool:
+    """Give ``model`` (an ensemble: each member) its compiled parts for one sentence (``_compiled_parts``;
+    ``packages``: a directory that keeps a Transformer's compiled step for later processes), so that the search
+    decodes a lone sentence through them (a Transformer on preallocated caches). Each graph compiles (or loads)
+    at its first call (``BackgroundCompile``: in a thread of its own, while the model decodes eagerly). True if
+    any model got them."""
     compiled = False
     for member in _members(model):
-        parts = _compiled_parts(member)
+        parts = _compiled_parts(member, packages)
         if parts is not None:
             _attach(member, *parts)
             compiled = True
@@ -103,11 +109,14 @@ class BackgroundCompile:
     they are attached to the model (``status`` "ready"): the next lone sentence uses them. A failure
     leaves the model eager (``status`` "failed", ``error`` says why); a model with nothing to compile
     is "off". ``threads``: the torch threads of the warm-up thread, as the sentences it
-    prepares for will run (Dynamo compiles per thread count; the setting is per thread)."""
+    prepares for will run (Dynamo compiles per thread count; the setting is per thread); ``packages`` as
+    ``compile_decoding`` takes it."""
 
     def __init__(self, model: torch.nn.Module, warm_up: Callable[[torch.nn.Module], Any],
-                 threads: int | None = None, on_ready: Callable[[], None] = lambda: None) -> None:
+                 threads: int | None = None, on_ready: Callable[[], None] = lambda: None,
+                 packages: str | None = None) -> None:
         self.model, self.warm_up, self.threads, self.on_ready = model, warm_up, threads, on_ready
+        self.packages = packages  # ``compile_decoding``'s
         self.status = "compiling"
         self.seconds: float | None = None  # how long it took, once done
         self.error: str | None = None
@@ -143,7 +152,7 @@ class BackgroundCompile:
             object.__setattr__(view, "_modules", dict(view._modules))
             view.members = view_members = torch.nn.ModuleList(copy.copy(m) for m in view_members)
         parts = [(member, twin, *compiled) for member, twin in zip(_members(self.model), view_members)
-                 if (compiled := _compiled_parts(member)) is not None]
+                 if (compiled := _compiled_parts(member, self.packages)) is not None]
         if not parts:
             return "off"
         for _, twin, step, encode in parts:

@@ -1,0 +1,144 @@
+"""The Transformer's one-sentence decoding step compiled ahead of time (AOTInductor) into package files kept in
+a directory, so that a later process loads the compiled step in a fraction of a second instead of compiling it.
+
+Why: ``torch.compile``'s graphs live as long as their process, and with frozen weights Inductor's caches do not
+serve a second one (docs/performance.md): every start of a server paid 30-40 s per graph again. An AOTInductor
+package is the compiled step as a shared library with its weights: exported once (``torch.export``, the source
+length, the cache length and a shortlist's size dynamic, the caches written in place), compiled with the same
+Inductor options as ``models.compiled`` (frozen weights, autotuned linear layers), loaded by the next process in
+~0.03 s, and called with no Dynamo in between (measured 16-24% faster per step than ``CompiledStep``:
+``benchmarks/bench_aoti_step.py``).
+
+One package per model (a digest of its structure and weights), torch version, CPU capability, Inductor options,
+torch thread count (compiled into the code) and step key (rows, attention or not, shortlist or not, a one-position
+source or not), named by a digest of all of them. A package is written to a temporary file and renamed (a killed
+compile leaves nothing half-written); one that does not load is compiled again. Its inputs must have the strides
+they had when exported, so each is made contiguous (the cross-attention keys and values, views of a fused
+projection, once per sentence). The encoder stays eager (one call per sentence). Should anything fail, a warning
+names it and the model decodes eagerly, as with ``models.compiled``.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..runtime import LOGGER, log
+
+
+class FlatStep(torch.nn.Module):
+    """``model.static_step`` with flat tensor inputs, as ``torch.export`` takes them: the source mask, the position,
+    the tokens, each layer's cross-attention key and value, each layer's cache key and value, and with
+    ``shortlist`` the output layer's rows; returns the logits, and with ``need_attention`` the attention too."""
+
+    def __init__(self, model: torch.nn.Module, need_attention: bool = False, shortlist: bool = False) -> None:
+        super().__init__()
+        self.model, self.layers = model, len(model.decoder)
+        self.need_attention, self.shortlist = need_attention, shortlist
+
+    def forward(self, src_mask: torch.Tensor, position: torch.Tensor, tokens: torch.Tensor, *tensors: torch.Tensor):
+        n = self.layers
+        cross = [(tensors[2 * i], tensors[2 * i + 1]) for i in range(n)]
+        caches = [(tensors[2 * n + 2 * i], tensors[2 * n + 2 * i + 1]) for i in range(n)]
+        weight = tensors[4 * n] if self.shortlist else None
+        logits, weights = self.model.static_step({"src_mask": src_mask, "cross_kv": cross}, caches, position, tokens,
+                                                 self.need_attention, weight)
+        return (logits, weights) if self.need_attention else logits
+
+
+def model_digest(model: torch.nn.Module, options: dict) -> str:
+    """What a package depends on besides its step key: the model's structure and weights, torch's version, the
+    CPU's capability and the Inductor options."""
+    digest = hashlib.sha256(repr(model).encode())
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    digest.update(f"{torch.__version__} {torch.backends.cpu.get_cpu_capability()} {sorted(options.items())}".encode())
+    return digest.hexdigest()
+
+
+class PackagedStep:
+    """``model.static_step`` through AOTInductor packages in ``directory`` (module docstring): called like
+    ``CompiledStep`` (``graphs`` the keys loaded so far, ``failure`` why it failed, if it did); ``options`` the
+    Inductor options; ``on_failure()`` (the model drops its compiled parts) when a package cannot be built or
+    run, after a warning."""
+
+    def __init__(self, model: torch.nn.Module, directory: str | os.PathLike, options: dict,
+                 on_failure: Callable[[], None]) -> None:
+        self.model, self.directory, self.options, self.on_failure = model, Path(directory), dict(options), on_failure
+        self.identity = model_digest(model, self.options)
+        self.runners: dict[tuple, Any] = {}
+        self.graphs: set[tuple] = set()
+        self.failure: str | None = None
+        self.cross: tuple[Any, list[torch.Tensor]] | None = None  # the last memory's keys and values, contiguous
+
+    def __call__(self, memory: dict, caches: list, position: torch.Tensor, tokens: torch.Tensor,
+                 need_attention: bool, output_weight: torch.Tensor | None):
+        if self.cross is None or self.cross[0] is not memory["cross_kv"]:  # once per sentence, not per step
+            self.cross = (memory["cross_kv"], [t.contiguous() for kv in memory["cross_kv"] for t in kv])
+        inputs = [memory["src_mask"].contiguous(), position.contiguous(), tokens.contiguous(), *self.cross[1],
+                  *[t.contiguous() for kv in caches for t in kv]]
+        if output_weight is not None:
+            inputs.append(output_weight.contiguous())
+        key = (tokens.size(0), need_attention, output_weight is None, memory["src_mask"].size(1) > 1,
+               torch.get_num_threads())
+        try:
+            runner = self.runners.get(key) or self._runner(key, inputs)
+            outputs = runner(*inputs)
+        except Exception as exc:  # the exporter's and compiler's errors are of many types; eager is always there
+            self.failure = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
+            warnings.warn(f"compiled decoding failed ({self.failure}); decoding uncompiled", RuntimeWarning,
+                          stacklevel=3)
+            LOGGER.debug("compiled decoding failed", exc_info=True)
+            self.on_failure()
+            return self.model.static_step(memory, caches, position, tokens, need_attention, output_weight)
+        return (outputs[0], outputs[1]) if need_attention else (outputs, None)
+
+    def path(self, key: tuple) -> Path:
+        """The package file of ``key`` (rows, attention, no shortlist, source longer than one, threads)."""
+        name = hashlib.sha256(f"{self.identity} {key}".encode()).hexdigest()[:24]
+        return self.directory / f"step-{name}.pt2"
+
+    def _runner(self, key: tuple, inputs: list[torch.Tensor]):
+        path = self.path(key)
+        if path.is_file():
+            try:
+                runner = torch._inductor.aoti_load_package(str(path))
+                log("compiled_step", package=str(path), loaded=True)
+                return self._keep(key, runner)
+            except Exception as exc:  # a package of another build, or a damaged one: built again
+                LOGGER.warning(f"warning: compiled step {path} does not load ({type(exc).__name__}); compiling it "
+                               "again")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        rows, need_attention, full, long_source, _ = key
+        with torch.inference_mode(False), torch.no_grad():
+            example = tuple(t.clone() for t in inputs)  # normal tensors: export writes into the caches
+            layers = len(self.model.decoder)
+            source = torch.export.Dim("source", min=2, max=1 << 16) if long_source else None
+            cache = torch.export.Dim("cache", min=2, max=1 << 16)
+            vocabulary = [] if full else [{0: torch.export.Dim("shortlist", min=2, max=1 << 20)}]
+            shapes = ({1: source} if source else None, None, None,
+                      tuple([{2: source} if source else None] * (2 * layers) + [{2: cache}] * (2 * layers)
+                            + vocabulary))
+            flat = FlatStep(self.model, need_attention, not full).eval()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                exported = torch.export.export(flat, example, dynamic_shapes=shapes)
+                partial = path.with_name(f".{path.stem}.{os.getpid()}.tmp.pt2")  # it must end in .pt2
+                try:
+                    torch._inductor.aoti_compile_and_package(exported, package_path=str(partial),
+                                                             inductor_configs=self.options)
+                    os.replace(partial, path)
+                finally:
+                    partial.unlink(missing_ok=True)
+        log("compiled_step", package=str(path), loaded=False, rows=rows)
+        return self._keep(key, torch._inductor.aoti_load_package(str(path)))
+
+    def _keep(self, key: tuple, runner):
+        self.runners[key] = runner
+        self.graphs.add(key)
+        return runner
