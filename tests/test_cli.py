@@ -123,6 +123,18 @@ def test_shortlist_written_by_training_used_by_translate_and_rebuilt_by_its_cli(
     assert f"--source {src} has 3 lines but --target {tgt} has 1" in " ".join(err.split()), err
 
 
+def test_translate_compile_cache_compiles_into_that_directory(checkpoint, monkeypatch, tmp_path):
+    """``--compile-cache DIR`` implies --compile and hands DIR to ``compile_decoding`` (there a Transformer's step
+    becomes AOTInductor packages: test_static_step)."""
+    asked = []
+    monkeypatch.setattr("seq2seq.decoding.translator.compile_decoding",
+                        lambda model, packages=None: asked.append(packages) or False)
+    code, out, err = run_main(["translate", "--checkpoint", str(checkpoint), "--batch-size", "1", "--compile-cache",
+                               str(tmp_path / "steps"), "--quiet"], stdin="seven\n")
+    assert code == 0 and out.strip(), err
+    assert asked == [str(tmp_path / "steps")]
+
+
 def test_translate_samples_reproducibly_with_a_seed(checkpoint):
     lines = "twenty-one\nseven\n\nthree hundred and five\nninety-nine\n"
     common = ["translate", "--checkpoint", str(checkpoint), "--sample", "--quiet"]

@@ -376,6 +376,23 @@ def test_serve_starts_listening_with_its_compilation_under_way(checkpoint, monke
         assert started["status"] == "compiling" and job.wait(60) == "ready"  # listening came first
 
 
+def test_serve_compiles_into_the_compile_cache_it_is_given(checkpoint, monkeypatch, tmp_path):  # noqa: F811
+    """``--compile-cache DIR`` reaches the background compile (``_compiled_parts(member, DIR)``: there a
+    Transformer's step becomes AOTInductor packages, test_static_step checks them; here the parts are the
+    "eager" backend's, quick)."""
+    monkeypatch.setattr(compiled, "BACKEND", "eager")
+    real, asked, started = compiled._compiled_parts, [], {}
+    monkeypatch.setattr(compiled, "_compiled_parts",
+                        lambda member, packages=None: asked.append(packages) or real(member))
+    monkeypatch.setattr("seq2seq.serve.server.run_server",
+                        lambda translator, settings, host, port, quiet, compiling, backward: started.update(
+                            translator=translator, compiling=compiling))
+    assert serve_cli.main(["--checkpoint", str(checkpoint), "--device", "cpu", "--engine", "seq2seq", "--compile", "on",
+                           "--compile-cache", str(tmp_path / "steps"), "--quiet"]) == 0
+    assert started["compiling"].wait(60) == "ready" and started["translator"].compile_cache == str(tmp_path / "steps")
+    assert asked and set(asked) == {str(tmp_path / "steps")}
+
+
 def test_serve_takes_a_backward_model_of_the_other_direction_only(checkpoint, monkeypatch, tmp_path, capsys):  # noqa: F811
     started = {}
     monkeypatch.setattr("seq2seq.serve.server.run_server",

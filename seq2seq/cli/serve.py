@@ -50,6 +50,9 @@ def parse_args(argv: list[str] | None):
                         "(torch.compile; about 2x faster), compiled in the background from start-up for the "
                         "default beam size and greedy search (30-90 s each) while requests are answered "
                         "uncompiled; GET /health says when it is live. auto (default): on for fp32 on CPU")
+    p.add_argument("--compile-cache", metavar="DIR",
+                   help="keep the Transformer's compiled decoding step in DIR (AOTInductor packages): a later start "
+                        "of the same model loads it in a fraction of a second instead of compiling it again")
     p.add_argument("--shortlist", nargs="?", const="auto", default=None, metavar="FILE",
                    help="decode over a lexical shortlist, as seq2seq translate --shortlist (no FILE: the run's)")
     p.add_argument("--shortlist-sizes", nargs=2, type=int, metavar=("K", "N"), default=None,
@@ -126,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
 
     translator = Translator.from_checkpoints(args.checkpoint, device=args.device, precision=args.precision,
                                              max_input_tokens=args.max_input_tokens, shortlist=args.shortlist,
-                                             shortlist_sizes=args.shortlist_sizes, engine=args.engine)
+                                             shortlist_sizes=args.shortlist_sizes, engine=args.engine,
+                                             compile_cache=args.compile_cache)
     compiling = None
     if args.compile == "on" and translator.engine is not None:
         raise UserError(f"--compile on compiles our engine's decoding step; the server runs CTranslate2's search "

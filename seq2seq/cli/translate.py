@@ -56,6 +56,10 @@ def parse_args(argv: list[str] | None):
                         "compiled (torch.compile): about 2x faster per sentence on CPU after a one-off "
                         "compilation of 15-40 s per beam size, so it pays for long batch-1 jobs only "
                         "(docs/performance.md)")
+    p.add_argument("--compile-cache", metavar="DIR",
+                   help="with --compile (implied): keep the Transformer's compiled decoding step in DIR (AOTInductor "
+                        "packages, ~30 MB per beam size), so that a later run loads it in a fraction of a second "
+                        "instead of compiling it again")
     p.add_argument("--engine", choices=("seq2seq", "ctranslate2", "auto"), default="seq2seq",
                    help="who runs the search: seq2seq (ours, default), ctranslate2 (CTranslate2's runtime on the "
                         "checkpoint converted once into NAME.ct2 beside it; Transformers only, no constraints, "
@@ -142,6 +146,7 @@ def job_from_args(args: argparse.Namespace) -> TranslateJob:
     return TranslateJob(
         checkpoints=list(args.checkpoint), input=args.input, output=args.output, reference=args.reference,
         decode=decode_config(args), device=args.device, precision=args.precision, compile=args.compile,
+        compile_cache=args.compile_cache,
         engine=args.engine, shortlist=args.shortlist,
         shortlist_sizes=tuple(args.shortlist_sizes) if args.shortlist_sizes else None, alignments=args.alignments,
         plot_dir=args.plot_dir, html=args.html, max_plots=args.max_plots, align=align, attribution=attribution,

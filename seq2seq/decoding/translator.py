@@ -56,8 +56,10 @@ class Translator:
                  max_input_tokens: int = DecodeConfig.max_input_tokens, shortlist: Shortlist | None = None,
                  checkpoints: Sequence[str | Path] = (), compiled: bool = False,
                  supervised_attention: tuple[int, list[int]] | None = None,
-                 engine: CTranslate2Search | None = None, languages: tuple[str, str] | None = None) -> None:
+                 engine: CTranslate2Search | None = None, languages: tuple[str, str] | None = None,
+                 compile_cache: str | None = None) -> None:
         self.model = model.eval()
+        self.compile_cache = compile_cache  # where compiled steps are kept for later processes (from_checkpoints)
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         self.max_input_tokens = max_input_tokens
@@ -109,7 +111,7 @@ class Translator:
                          precision: str = "fp32", shortlist: str | Path | None = None,
                          compile: bool | None = False,
                          shortlist_sizes: tuple[int | None, int | None] | None = None,
-                         engine: str = "seq2seq") -> "Translator":
+                         engine: str = "seq2seq", compile_cache: str | None = None) -> "Translator":
         """One checkpoint: its model; several: their ensemble (``EnsembleModel``: at every step the
         mean of the members' probabilities), of any mix of architectures. They must share the
         SentencePiece model (else a UserError naming both files, before any model is built).
@@ -122,7 +124,8 @@ class Translator:
         static-shape step and encoder, the RNN's step): the first sentence of each beam size waits for its
         compilation (15-40 s), every later one is about 2x faster (docs/performance.md). None: where that
         was measured to pay (``compile_pays``: fp32 on CPU); False (the default): the eager step, the
-        reference.
+        reference. ``compile_cache`` (a directory): a Transformer's compiled step is kept there as AOTInductor
+        packages (``seq2seq.models.packaged``) that a later process loads instead of compiling.
 
         ``engine`` runs the search: "seq2seq" (ours, the default), "ctranslate2" (CTranslate2's
         runtime on the checkpoint converted once and cached beside it; a named error for what it
@@ -174,8 +177,9 @@ class Translator:
             raise UserError(f"--compile compiles our engine's decoding step; --engine {engine} runs CTranslate2's "
                             "search instead: drop one of them")
         wanted = compile_pays(dev, precision) if compile is None else compile
-        compiled = compile_decoding(model) if wanted and search is None else False
+        compiled = compile_decoding(model, compile_cache) if wanted and search is None else False
         return cls(model, tokenizer, dev, max_input_tokens, shortlist, compiled=compiled, engine=search,
+                   compile_cache=compile_cache,
                    checkpoints=[str(p.path if isinstance(p, LoadedCheckpoint) else p) for p in paths],
                    supervised_attention=config.supervised_attention(),  # an ensemble's attention: its first's
                    languages=(config.data.src, config.data.tgt))
@@ -200,7 +204,8 @@ class Translator:
             twin.model = view
             twin.warm_up(beam_sizes)
 
-        return BackgroundCompile(self.model, warm_up, threads, on_ready=lambda: setattr(self, "compiled", True)).start()
+        return BackgroundCompile(self.model, warm_up, threads, on_ready=lambda: setattr(self, "compiled", True),
+                                 packages=self.compile_cache).start()
 
     def translate(
         self,

@@ -65,6 +65,7 @@ class TranslateJob:
     device: str = "auto"
     precision: str = "fp32"
     compile: bool = False  # compiled one-sentence-at-a-time decoding (Translator.from_checkpoints)
+    compile_cache: str | None = None  # a directory keeping the compiled step for later runs (implies compile)
     engine: str = "seq2seq"  # who runs the search: seq2seq, ctranslate2 or auto (Translator.from_checkpoints)
     shortlist: str | None = None  # a file, or "auto": the run's shortlist.npz
     shortlist_sizes: tuple[int, int] | None = None
@@ -91,7 +92,8 @@ def translate_stream(job: TranslateJob) -> int:
     decode = job.decode
     translator = Translator.from_checkpoints(job.checkpoints, device=job.device,
                                              max_input_tokens=decode.max_input_tokens, precision=job.precision,
-                                             shortlist=job.shortlist, compile=job.compile,
+                                             shortlist=job.shortlist, compile=job.compile or bool(job.compile_cache),
+                                             compile_cache=job.compile_cache,
                                              shortlist_sizes=job.shortlist_sizes, engine=job.engine)
     backward = _backward_aligner(job, translator)  # reads its own supervised attention: before for_model
     job = dataclasses.replace(job, align=job.align.for_model(translator.supervised_attention))
