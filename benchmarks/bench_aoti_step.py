@@ -11,16 +11,14 @@ The preset's model (its sizes, random weights: a step's time does not depend on 
 back, three ways, interleaved for ``--rounds`` rounds (median per step):
 
 - **eager**: ``static_step`` itself;
-- **torch.compile**: ``CompiledStep``, the product's path today (Dynamo, guards skipped for a known graph,
-  ``INDUCTOR_OPTIONS``, or none with ``--options plain``; ``--backend``); its first call's compile time;
-- **AOTInductor**: ``static_step`` exported (``torch.export``: the source and cache lengths dynamic
-  dimensions, the caches written in place) and compiled into a package file
-  (``torch._inductor.aoti_compile_and_package``, the same Inductor options with ``--options full``, none with
-  ``plain``), then loaded (``aoti_load_package``) and called with no Dynamo in between: the compile time, the
-  package's size and its **load time**, what a second start of the same model would pay instead of compiling.
+- **torch.compile**: ``CompiledStep``, ``serve``'s and ``--compile``'s path (Dynamo, guards skipped for a known
+  graph, ``INDUCTOR_OPTIONS``, or none with ``--options plain``; ``--backend``); its first call's compile time;
+- **AOTInductor**: ``PackagedStep`` (``models.packaged``, ``--compile-cache``): ``static_step`` exported and
+  compiled into a package file with the same Inductor options, then called with no Dynamo in between: the first
+  call's time (export, compile, save, load), the package's size, and the first call of a second
+  ``PackagedStep`` on the same directory (the model's digest, the package loaded: what a second start of the
+  same model pays instead of compiling).
 
-AOTInductor assumes the strides its inputs had when exported: the encoder's cross-attention keys and values are
-views of a fused projection, so they are made contiguous before every call (once per sentence in a decoder).
 Records the largest logit difference from eager over the first steps, and the CPU model and flags.
 """
 from __future__ import annotations
@@ -39,7 +37,8 @@ from common import add_step_flags, greedy_steps, provenance, step_model, write_r
 from seq2seq.io_utils import markdown_table
 from seq2seq.models import compiled as compiled_module
 from seq2seq.models.compiled import INDUCTOR_OPTIONS, CompiledStep
-from seq2seq.tokenizer import BOS_ID, EOS_ID
+from seq2seq.models.packaged import PackagedStep
+from seq2seq.tokenizer import EOS_ID
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -49,24 +48,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--options", choices=("full", "plain"), default="full",
                         help="Inductor options for both compiled paths: the product's (full) or none (a quick run)")
     return parser.parse_args(argv)
-
-
-class FlatStep(torch.nn.Module):
-    """``static_step`` with flat tensor inputs (what ``torch.export`` takes): the source mask, the position,
-    the tokens, then each layer's cross-attention key and value, then each layer's cache key and value;
-    returns the logits (no attention, no shortlist)."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model, self.layers = model, len(model.decoder)
-
-    def forward(self, src_mask: torch.Tensor, position: torch.Tensor, tokens: torch.Tensor, *kv: torch.Tensor):
-        n = self.layers
-        cross = [(kv[2 * i], kv[2 * i + 1]) for i in range(n)]
-        caches = [(kv[2 * n + 2 * i], kv[2 * n + 2 * i + 1]) for i in range(n)]
-        logits, _ = self.model.static_step({"src_mask": src_mask, "cross_kv": cross}, caches, position, tokens,
-                                           False, None)
-        return logits
 
 
 def run_steps(call, memory: dict, state: dict, rows: int, steps: int) -> tuple[float, list[torch.Tensor]]:
@@ -105,8 +86,6 @@ def measure(args: argparse.Namespace, model: torch.nn.Module, options: dict) -> 
                          "step": state["step"]}  # its beam of ``rows`` rows, as beam search reorders them
                 many = src.repeat(rows, 1)
                 memory = model.encode(many, torch.ones_like(many, dtype=torch.bool))
-                flat = FlatStep(model).eval()
-                cross = [t.contiguous() for kv in memory["cross_kv"] for t in kv]
 
                 def eager(memory, state, position, tokens):
                     return model.static_step(memory, state["self_kv"], position, tokens, False, None)[0]
@@ -124,24 +103,22 @@ def measure(args: argparse.Namespace, model: torch.nn.Module, options: dict) -> 
                 if step.failure:
                     raise SystemExit(f"torch.compile failed: {step.failure}")
 
-                began = time.perf_counter()
-                length, cache = torch.export.Dim("source", min=2, max=1024), torch.export.Dim("cache", min=16, max=4096)
-                example = (memory["src_mask"], torch.zeros(1, dtype=torch.long), torch.full((rows,), BOS_ID),
-                           *cross, *[t.clone() for kv in state["self_kv"] for t in kv])
-                shapes = ({1: length}, None, None, tuple([{2: length}] * len(cross) + [{2: cache}] * len(cross)))
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    exported = torch.export.export(flat, example, dynamic_shapes=shapes)
-                    package = torch._inductor.aoti_compile_and_package(
-                        exported, package_path=str(Path(scratch) / f"step-{rows}.pt2"), inductor_configs=options)
-                aoti_compile_s = time.perf_counter() - began
-                began = time.perf_counter()
-                runner = torch._inductor.aoti_load_package(package)
-                load_s = time.perf_counter() - began
+                directory = Path(scratch) / f"rows-{rows}"
+                packaged = PackagedStep(model, directory, options, lambda: None)
 
                 def ahead(memory, state, position, tokens):
-                    return runner(memory["src_mask"], position, tokens, *cross,
-                                  *[t for kv in state["self_kv"] for t in kv])
+                    return packaged(memory, state["self_kv"], position, tokens, False, None)[0]
+
+                began = time.perf_counter()
+                run_steps(ahead, memory, state, rows, 1)  # exports, compiles, saves and loads the package
+                aoti_compile_s = time.perf_counter() - began
+                began = time.perf_counter()
+                packaged = PackagedStep(model, directory, options, lambda: None)  # as a second process would
+                run_steps(ahead, memory, state, rows, 1)  # the model's digest, the package loaded, one step
+                load_s = time.perf_counter() - began
+                if packaged.failure or not packaged.graphs:
+                    raise SystemExit(f"AOTInductor failed: {packaged.failure}")
+                [package] = directory.glob("step-*.pt2")
 
                 times: dict[str, list[float]] = {"eager": [], "compiled": [], "aoti": []}
                 seen = {}
