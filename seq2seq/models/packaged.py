@@ -5,9 +5,9 @@ Why: ``torch.compile``'s graphs live as long as their process, and with frozen w
 serve a second one (docs/performance.md): every start of a server paid 30-40 s per graph again. An AOTInductor
 package is the compiled step as a shared library with its weights: exported once (``torch.export``, the source
 length, the cache length and a shortlist's size dynamic, the caches written in place), compiled with the same
-Inductor options as ``models.compiled`` (frozen weights, autotuned linear layers), loaded by the next process in
-~0.03 s, and called with no Dynamo in between (measured 16-24% faster per step than ``CompiledStep``:
-``benchmarks/bench_aoti_step.py``).
+Inductor options as ``models.compiled`` (frozen weights, autotuned linear layers), loaded by the next process
+(~2 s for AOTInductor's runtime to start, then ~0.04 s per package), and called with no Dynamo in between
+(measured 16-24% faster per step than ``CompiledStep``: ``benchmarks/bench_aoti_step.py``).
 
 One package per model (a digest of its structure and weights), torch version, CPU capability, Inductor options,
 torch thread count (compiled into the code) and step key (rows, attention or not, shortlist or not, a one-position
