@@ -314,7 +314,7 @@ def test_what_the_ctranslate2_engine_cannot_do_is_a_named_error_and_auto_falls_b
         Translator.from_checkpoint(rnn, engine="ctranslate2")
     with pytest.raises(UserError, match="cannot decode an ensemble"):
         Translator.from_checkpoints([own_run, own_run], engine="ctranslate2")
-    with pytest.raises(UserError, match="--compile compiles our engine's decoding step"):
+    with pytest.raises(UserError, match="compiles our engine's decoding step"):
         Translator.from_checkpoint(own_run, engine="ctranslate2", compile=True)
     with pytest.raises(UserError, match="--engine must be one of"):
         Translator.from_checkpoint(own_run, engine="fast")

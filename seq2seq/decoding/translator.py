@@ -174,8 +174,8 @@ class Translator:
             models = [_build(member, dev, precision) for member in loaded]
         model = models[0] if len(models) == 1 else EnsembleModel(models)
         if compile and search is not None:
-            raise UserError(f"--compile compiles our engine's decoding step; --engine {engine} runs CTranslate2's "
-                            "search instead: drop one of them")
+            raise UserError(f"--compile (and --compile-cache) compiles our engine's decoding step; --engine {engine} "
+                            "runs CTranslate2's search instead: drop one of them")
         wanted = compile_pays(dev, precision) if compile is None else compile
         compiled = compile_decoding(model, compile_cache) if wanted and search is None else False
         return cls(model, tokenizer, dev, max_input_tokens, shortlist, compiled=compiled, engine=search,
