@@ -36,6 +36,7 @@ from typing import Any, Callable
 import torch
 
 from ..runtime import LOGGER, log
+from .packaged import PackagedStep
 
 #: Inductor options: weights frozen into the graph, linear layers autotuned (C++ template vs MKL).
 #: Set while a graph is traced and compiled (Dynamo reads ``freezing`` as it traces, so
@@ -76,8 +77,6 @@ def _compiled_parts(member: torch.nn.Module, packages: str | None = None) -> tup
     ``packages``, a directory: the step as AOTInductor packages kept there, ``models.packaged``, the encoder
     eager), an RNN's step (its encoder stays eager), or None."""
     if hasattr(member, "static_step") and packages is not None:
-        from .packaged import PackagedStep  # torch.export and AOTInductor only where asked for
-
         return PackagedStep(member, packages, INDUCTOR_OPTIONS, lambda: _attach(member, None, None)), None
     if hasattr(member, "static_step"):
         return CompiledStep(member), CompiledEncoder(member)
