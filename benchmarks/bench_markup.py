@@ -135,10 +135,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {results[name]}", file=sys.stderr, flush=True)
             if args.backward_checkpoint:
                 other = Translator.from_checkpoint(args.backward_checkpoint, device="cpu")
-                back = BackwardAligner(translator, other, chosen).backward_words(sources, targets)
+                backward = BackwardAligner(translator, other, chosen)
+                back = backward.backward_words(sources, targets)
                 for rule in args.symmetrize:
-                    backward = BackwardAligner(translator, other, chosen, rule)
-                    both = [backward.combined(f, m, b, markup=True) for f, m, b in zip(links, words, back)]
+                    both = [backward.combined(f, m, b, markup=True, rule=rule) for f, m, b in zip(links, words, back)]
                     results[f"{name} + backward, {rule}"] = {**score(cases, both, sources, targets), "method": method,
                                                              "symmetrize": rule}
                     print(f"{name} + backward, {rule}: {results[f'{name} + backward, {rule}']}", file=sys.stderr)

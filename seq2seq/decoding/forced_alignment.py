@@ -119,10 +119,11 @@ class BackwardAligner:
                                              self.markup_threshold if markup else self.threshold))
 
     def combined(self, forward: set[Link], forward_words: np.ndarray, backward_words: np.ndarray,
-                 markup: bool = False) -> set[Link]:
+                 markup: bool = False, rule: str | None = None) -> set[Link]:
         """One pair's symmetrized links: the forward model's ``forward`` links and ``(target, source)`` word
-        attention ``forward_words`` with the backward model's ``backward_words`` (``backward_words``)."""
-        rule = self.markup_symmetrize if markup else self.symmetrize
+        attention ``forward_words`` with the backward model's ``backward_words`` (``backward_words``), by
+        ``rule`` (default: ``symmetrize``, or ``markup_symmetrize`` for tags)."""
+        rule = rule or (self.markup_symmetrize if markup else self.symmetrize)
         if rule == "agreement":
             threshold = self.markup_threshold if markup else self.threshold
             return extract_links(agreement_matrix(forward_words, backward_words), self.method, threshold)

@@ -73,11 +73,11 @@ def evaluate(job: AlignJob) -> dict[str, AlignmentScores]:
     systems = {"forward": [extract_links(m, job.align.method, job.align.threshold) for m in words]}
     if job.backward_checkpoint:
         backward = Translator.from_checkpoint(job.backward_checkpoint, device=job.device)
-        back_words = BackwardAligner(forward, backward, job.align, batch_size=job.batch_size).backward_words(
-            sources, targets)
+        aligner = BackwardAligner(forward, backward, job.align, batch_size=job.batch_size)
+        back_words = aligner.backward_words(sources, targets)
         for rule in ("backward", "intersection", "grow-diag-final", "grow-diag-final-and", "agreement"):
-            aligner = BackwardAligner(forward, backward, job.align, rule, job.batch_size)
-            systems[rule] = [aligner.combined(f, m, b) for f, m, b in zip(systems["forward"], words, back_words)]
+            systems[rule] = [aligner.combined(f, m, b, rule=rule)
+                             for f, m, b in zip(systems["forward"], words, back_words)]
     chosen = job.symmetrize or (MODEL_SYMMETRIZATION if job.backward_checkpoint else "forward")
     if chosen not in systems:
         raise UserError(f"--symmetrize {chosen} needs --backward-checkpoint (a target->source model)")

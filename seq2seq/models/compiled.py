@@ -35,8 +35,8 @@ from typing import Any, Callable
 
 import torch
 
-from ..runtime import LOGGER, log
-from .packaged import PackagedStep
+from ..runtime import log
+from .packaged import PackagedStep, compile_failed
 
 #: Inductor options: weights frozen into the graph, linear layers autotuned (C++ template vs MKL).
 #: Set while a graph is traced and compiled (Dynamo reads ``freezing`` as it traces, so
@@ -217,12 +217,7 @@ class Compiled:
             self.graphs.add(key)
             return result
         except Exception as exc:  # the compiler's errors are of many types; the eager path is always there
-            cause = getattr(exc, "inner_exception", None) or exc  # a compiler's error inside Dynamo's wrapper
-            self.failure = f"{type(cause).__name__}: {(str(cause).splitlines() or [''])[0][:200]}"
-            warnings.warn(f"compiled decoding failed ({self.failure}); decoding uncompiled", RuntimeWarning,
-                          stacklevel=3)
-            LOGGER.debug("compiled decoding failed", exc_info=True)
-            self.on_failure()
+            self.failure = compile_failed(exc, self.on_failure)
             return self.eager(*args)
 
 

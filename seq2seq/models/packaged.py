@@ -30,6 +30,18 @@ import torch
 from ..runtime import LOGGER, log
 
 
+def compile_failed(exc: BaseException, on_failure: Callable[[], None]) -> str:
+    """A compiled decoding path failed with ``exc``: warn once with its first line (the compiler's own error
+    where Dynamo wraps it), log the traceback at debug level, call ``on_failure()`` (the model drops its
+    compiled parts and decodes eagerly); returns the reason."""
+    cause = getattr(exc, "inner_exception", None) or exc
+    reason = f"{type(cause).__name__}: {(str(cause).splitlines() or [''])[0][:200]}"
+    warnings.warn(f"compiled decoding failed ({reason}); decoding uncompiled", RuntimeWarning, stacklevel=4)
+    LOGGER.debug("compiled decoding failed", exc_info=exc)
+    on_failure()
+    return reason
+
+
 class FlatStep(torch.nn.Module):
     """``model.static_step`` with flat tensor inputs, as ``torch.export`` takes them: the source mask, the position,
     the tokens, each layer's cross-attention key and value, each layer's cache key and value, and with
@@ -90,11 +102,7 @@ class PackagedStep:
             runner = self.runners.get(key) or self._runner(key, inputs)
             outputs = runner(*inputs)
         except Exception as exc:  # the exporter's and compiler's errors are of many types; eager is always there
-            self.failure = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
-            warnings.warn(f"compiled decoding failed ({self.failure}); decoding uncompiled", RuntimeWarning,
-                          stacklevel=3)
-            LOGGER.debug("compiled decoding failed", exc_info=True)
-            self.on_failure()
+            self.failure = compile_failed(exc, self.on_failure)
             return self.model.static_step(memory, caches, position, tokens, need_attention, output_weight)
         return (outputs[0], outputs[1]) if need_attention else (outputs, None)
 
