@@ -77,13 +77,21 @@ MORE_CONFIGS = [  # --more-configs
     ("transformer", "bf16", 24000, True),
     ("rnn", "tf32", 8000, True),
 ]
-TINY_CONFIGS = [("transformer", "fp32", 400, False), ("transformer", "fp32", 400, True), ("rnn", "fp32", 400, False)]
+TINY_CONFIGS = [("transformer", "fp32", 400, False), ("transformer", "fp32", 400, True), ("rnn", "fp32", 400, False),
+                ("rnn", "fp32", 400, True)]
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx", "cudaGraphLaunch")
 THRESHOLDS = (38.0, 39.0, 40.0)
 
 
 def configs(args) -> list[tuple]:
-    return TINY_CONFIGS if args.tiny else CONFIGS + (MORE_CONFIGS if args.more_configs else [])
+    chosen = TINY_CONFIGS if args.tiny else CONFIGS + (MORE_CONFIGS if args.more_configs else [])
+    if args.configs:
+        known = {key(c): c for c in CONFIGS + MORE_CONFIGS + TINY_CONFIGS}
+        unknown = [k for k in args.configs if k not in known]
+        if unknown:
+            raise SystemExit(f"error: --configs: unknown {unknown}; known: {sorted(known)}")
+        chosen = [known[k] for k in args.configs]
+    return chosen
 
 
 def key(config: tuple) -> str:
@@ -108,6 +116,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--tiny", action="store_true", help="tiny sizes for a CPU rehearsal")
     parser.add_argument("--more-configs", action="store_true", help="also measure MORE_CONFIGS")
+    parser.add_argument("--configs", nargs="+", metavar="KEY",
+                        help="measure only these throughput keys, e.g. 'rnn tf32 8000 graphed'")
     parser.add_argument("--compile-backend", default="inductor",
                         help="torch.compile backend of the graphed configurations (aot_eager: a quick rehearsal)")
     parser.add_argument("--dry-run", action="store_true")

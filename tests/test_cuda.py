@@ -184,6 +184,15 @@ def test_inductor_finds_triton_for_the_gpu_inside_the_test_process():
             "cuda available": torch.cuda.is_available(), "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "inductor detection off": torch._inductor.config.triton_disable_device_detection,
             "has_triton cached": _triton.has_triton(), "sys.path head": sys.path[:4]}
+    from torch._dynamo.device_interface import get_interface_for_device
+
+    for name, probe in (("interface available", lambda: get_interface_for_device("cuda").is_available()),
+                        ("worker properties", lambda: get_interface_for_device("cuda").Worker.get_device_properties()),
+                        ("cuda.is_available is real", lambda: torch.cuda.is_available.__module__)):
+        try:
+            seen[name] = repr(probe())
+        except Exception as exc:  # noqa: BLE001 - each probe is a clue
+            seen[name] = f"{type(exc).__name__}: {exc}"
     _triton.has_triton.cache_clear()
     assert _triton.has_triton(), seen
 
