@@ -252,7 +252,8 @@ def part_throughput(args, record: dict) -> None:
             results[key(config)] = measure_config(args, record, config, shared)
         except Exception as exc:  # noqa: BLE001 - a configuration that fails is a result
             results[key(config)] = {"error": f"{type(exc).__name__}: {exc}"[:1500],
-                                    "trace": traceback.format_exc()[-3000:]}
+                                    "trace": traceback.format_exc()[-12000:]}
+            print(traceback.format_exc(), flush=True)  # with its causes, for the log
             torch._dynamo.reset()
         results[key(config)]["seconds"] = round(time.perf_counter() - began, 1)
         shown = {k: v for k, v in results[key(config)].items() if k != "trace"}

@@ -54,7 +54,7 @@ class CompiledObjective:
         except TorchDynamoException as exc:
             reason = (str(exc).strip().splitlines() or [""])[0][:300]
             raise UserError(f"--compile: torch.compile failed ({type(exc).__name__}: {reason}); "
-                            "train without --compile") from None
+                            "train without --compile") from exc
 
 
 def objective_runner(objective: Objective, compile: bool, device: torch.device, accumulate: int,
