@@ -200,7 +200,8 @@ def test_inductor_finds_triton_for_the_gpu_inside_the_test_process():
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_the_graphed_step_trains_like_the_eager_step_on_cuda(tmp_path, precision):
     """--compile on CUDA (CUDA graphs per fixed shape) against eager training on the same fixed-shape
-    batches: the logged losses agree to a tolerance (kernels differ in summation order)."""
+    batches: the logged losses agree to a tolerance (kernels differ in summation order). No dropout: the
+    compiled graph draws its masks from another generator (seen on an H200: 1.3 % apart with dropout 0.1)."""
     import json
 
     if precision == "bf16" and not bf16_supported():
@@ -209,7 +210,7 @@ def test_the_graphed_step_trains_like_the_eager_step_on_cuda(tmp_path, precision
     for name, compile_step in (("eager", False), ("graphed", True)):
         cfg = tiny_config(tmp_path / name, "transformer", device="cuda", precision=precision, max_steps=40,
                           eval_every=0, log_every=10, compile=compile_step)
-        cfg.data.fixed_shapes = True
+        cfg.data.fixed_shapes, cfg.model.dropout = True, 0.0
         train(cfg, quiet=True)
         records = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
         losses[name] = [r["loss"] for r in records if r["kind"] == "train"]

@@ -172,9 +172,12 @@ class RNNEncoder(nn.Module):
 
 
 def _to_device(indices: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """Host ``indices`` on ``device``; to a GPU through pinned memory, so the host does not wait."""
+    """Host ``indices`` on ``device``; to a GPU through pinned memory, so the host does not wait
+    (inside a compiled step a plain copy: the compiler cannot trace ``pin_memory``)."""
     if device.type != "cuda":
         return indices
+    if torch.compiler.is_compiling():
+        return indices.to(device)
     return indices.pin_memory().to(device, non_blocking=True)
 
 
