@@ -24,14 +24,17 @@ _EXPORTS = {
     "TrainResult": "training.run", "train": "training.run",
     "Translation": "decoding.translator", "Translator": "decoding.translator",
     "BackwardAligner": "decoding.forced_alignment",
+    "adapt": "training.adapt",
 }
 __all__ = ["BackwardAligner", "DataConfig", "DecodeConfig", "ModelConfig", "PRESETS", "RunConfig", "TrainConfig",
-           "TrainResult", "Translation", "Translator", "UserError", "build_model", "train"]  # = _EXPORTS (tested)
+           "TrainResult", "Translation", "Translator", "UserError", "adapt", "build_model",
+           "train"]  # = _EXPORTS (tested)
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports on demand
     from .config import PRESETS, DataConfig, DecodeConfig, ModelConfig, RunConfig, TrainConfig
     from .errors import UserError
     from .models import build_model
+    from .training.adapt import adapt
     from .training.run import TrainResult, train
     from .decoding.forced_alignment import BackwardAligner
     from .decoding.translator import Translation, Translator

@@ -281,3 +281,29 @@ def test_align_command_errors(checkpoint, gold_files, tmp_path, capsys):
     code = align.main(["--checkpoint", str(checkpoint), "--source", str(gold_files["src"]),
                        "--target", str(gold_files["tgt"]), "--gold", str(bad)])
     assert code == 2 and "line 2" in capsys.readouterr().err
+
+
+def test_align_writes_links_without_gold_and_adapts_first(checkpoint, gold_files, tmp_path, capsys):
+    """Without --gold, align writes the links alone; --adapt-steps reads them from the model adapted to the
+    pairs (the Python API's ``adapt`` + ``force_align``, the same seed); neither --gold nor --output, or a
+    negative --adapt-steps, is a named error."""
+    from seq2seq import adapt
+    from seq2seq.decoding.forced_alignment import force_align
+
+    links = tmp_path / "links.txt"
+    argv = ["--checkpoint", str(checkpoint), "--source", str(gold_files["src"]), "--target", str(gold_files["tgt"]),
+            "--device", "cpu", "--align-method", "argmax"]
+    assert align.main([*argv, "--adapt-steps", "3", "--adapt-lr", "3e-3", "--output", str(links)]) == 0
+    assert "AER" not in capsys.readouterr().out  # nothing to score
+    sources, targets = (gold_files[k].read_text(encoding="utf-8").splitlines() for k in ("src", "tgt"))
+    adapted = adapt(Translator.from_checkpoint(checkpoint, device="cpu"), sources, targets, steps=3, lr=3e-3)
+    layer, heads = check_layer_heads(AlignConfig.layer, AlignConfig.heads, adapted.model)
+    assert read_pharaoh_file(links)[0] == force_align(adapted, sources, targets, layer, heads, method="argmax")
+    assert align.main([*argv, "--output", str(tmp_path / "plain.txt")]) == 0  # not adapted: its own links
+    assert (tmp_path / "plain.txt").read_text(encoding="utf-8").count("\n") == 3
+
+    assert align.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--gold" in err and "--output" in err
+    assert align.main([*argv, "--output", str(links), "--adapt-steps", "-1"]) == 2
+    assert "--adapt-steps" in capsys.readouterr().err

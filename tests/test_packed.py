@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seq2seq.decoding.search import beam_search, greedy_search
-from seq2seq.nn.packed import PackedLinear, pack_for_decoding, packing_available
+from seq2seq.nn.packed import PackedLinear, pack_for_decoding, packing_available, unpacked_copy
 from test_models import reverse_batch, trained_once
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this PyTorch has no oneDNN packed linear")
@@ -48,3 +48,26 @@ def test_a_packed_model_decodes_like_the_plain_one():
             for h, e in zip(hyps, expected):
                 assert abs(h.score - e.score) < 1e-4
                 torch.testing.assert_close(h.attention, e.attention, atol=1e-5, rtol=1e-4)
+
+
+def test_an_unpacked_copy_trains_and_leaves_the_packed_model_as_it_was():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3))
+    pack_for_decoding(model)
+    x = torch.randn(4, 6)
+    with torch.inference_mode():
+        before = model(x)
+    copied = unpacked_copy(model)
+    assert all(type(m) is nn.Linear and not hasattr(m, "packed_weight") for m in (copied[0], copied[2]))
+    assert isinstance(model[0], PackedLinear) and hasattr(model[0], "packed_weight")
+    copied(x).sum().backward()
+    with torch.no_grad():
+        for p in copied.parameters():
+            p.sub_(p.grad)  # a training step of the copy
+    with torch.inference_mode():
+        torch.testing.assert_close(model(x), before, atol=0, rtol=0)  # the original: not a weight moved
+        assert not torch.allclose(copied(x), before)
+    assert pack_for_decoding(copied) == 2  # and it packs again for decoding
+    with torch.inference_mode():
+        torch.testing.assert_close(copied(x), F.linear(F.relu(F.linear(x, copied[0].weight, copied[0].bias)),
+                                                       copied[2].weight, copied[2].bias), atol=1e-5, rtol=1e-5)

@@ -161,3 +161,6 @@ MODEL_SYMMETRIZATIONS = SYMMETRIZATIONS + ("agreement",)
 MODEL_SYMMETRIZATION = "agreement"
 #: ... and for placing tags (``--markup``), where the union's recall counts more: the best rule there
 MARKUP_SYMMETRIZATION = "grow-diag-final-and"
+#: Adapting a model to the pairs it aligns (``training.adapt``, ``align --adapt-steps``): the learning rate
+#: chosen on the val gold (bench-results/alignment-2026-11-27-adapt)
+ADAPT_LR = 3e-4

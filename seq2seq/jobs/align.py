@@ -18,6 +18,10 @@ Precision, recall and AER (Och & Ney 2003) are printed for every available direc
 of ``--symmetrize`` (default: agreement with a backward model, else forward) are written to
 ``--output`` as 0-based Pharaoh ``i-j`` lines (source-target), one per sentence.
 
+Without ``--gold`` nothing is scored: the links of ``--symmetrize`` go to ``--output`` (a corpus aligner).
+With ``--adapt-steps N`` each model is first fine-tuned on the pairs themselves (``training.adapt``: the
+translation loss only, N updates), as a word aligner estimates its tables on the corpus it aligns.
+
 Gold file: one line per sentence, 0-based ``i-j`` (or ``i-j-S``) sure links, ``i?j`` (or
 ``i-j-P``) possible links.
 """
@@ -31,9 +35,10 @@ from ..alignment.links import AlignmentScores, alignment_error_rate, extract_lin
 from ..alignment.matrices import Link, check_layer_heads
 from ..decoding.forced_alignment import BackwardAligner, force_align_words
 from ..decoding.translator import Translator
-from ..config import MODEL_SYMMETRIZATION, AlignConfig
+from ..config import ADAPT_LR, MODEL_SYMMETRIZATION, AlignConfig
 from ..errors import UserError
 from ..io_utils import atomic_output, markdown_table, read_parallel
+from ..training.adapt import adapt
 
 
 @dataclass
@@ -43,36 +48,48 @@ class AlignJob:
     checkpoint: str
     source: str
     target: str
-    gold: str
+    gold: str | None = None  # None: no scores, only --output
     backward_checkpoint: str | None = None  # a target->source model: symmetrized links
     symmetrize: str | None = None  # which links --output gets (None: MODEL_SYMMETRIZATION with a backward model)
     output: str | None = None  # Pharaoh lines of the chosen links
     json: bool = False  # also print the scores as one JSON line
     batch_size: int = 32  # sentence pairs per forward pass
     device: str = "auto"
+    adapt_steps: int = 0  # fine-tune each model on the pairs first (``training.adapt``)
+    adapt_lr: float = ADAPT_LR
     align: AlignConfig = field(default_factory=AlignConfig)
 
 
-def _read_parallel(job: AlignJob) -> tuple[list[str], list[str], list[set[Link]], list[set[Link]]]:
+def _read_parallel(job: AlignJob) -> tuple[list[str], list[str], list[set[Link]] | None, list[set[Link]] | None]:
+    if job.gold is None and not job.output:
+        raise UserError("align: give --gold (to score the links) or --output (to write them), or both")
     for flag, path in (("--source", job.source), ("--target", job.target), ("--gold", job.gold)):
-        if not Path(path).is_file():
+        if path is not None and not Path(path).is_file():
             raise UserError(f"{flag} {path}: no such file")
     sources, targets = read_parallel(job.source, job.target, allow_empty=True)
+    if job.gold is None:
+        return sources, targets, None, None
     sure, possible = read_gold_alignments(job.gold, sources, targets)
     return sources, targets, sure, possible
 
 
+def _load(job: AlignJob, checkpoint: str, sources: list[str], targets: list[str]) -> Translator:
+    """The model of ``checkpoint``, adapted to the pairs (``--adapt-steps``)."""
+    return adapt(Translator.from_checkpoint(checkpoint, device=job.device), sources, targets, job.adapt_steps,
+                 job.adapt_lr)
+
+
 def evaluate(job: AlignJob) -> dict[str, AlignmentScores]:
-    """Align, score every direction, write --output; returns the scores by name."""
+    """Align, score every direction (with --gold), write --output; returns the scores by name."""
     sources, targets, sure, possible = _read_parallel(job)
-    forward = Translator.from_checkpoint(job.checkpoint, device=job.device)
+    forward = _load(job, job.checkpoint, sources, targets)
     align = job.align.for_model(forward.supervised_attention)  # a guided model: its supervised heads
     layer, heads = check_layer_heads(align.layer, align.heads, forward.model)
     words = force_align_words(forward, sources, targets, layer, heads, job.batch_size,
                               names=(f"--source {job.source}", f"--target {job.target}"))
     systems = {"forward": [extract_links(m, job.align.method, job.align.threshold) for m in words]}
     if job.backward_checkpoint:
-        backward = Translator.from_checkpoint(job.backward_checkpoint, device=job.device)
+        backward = _load(job, job.backward_checkpoint, targets, sources)
         aligner = BackwardAligner(forward, backward, job.align, batch_size=job.batch_size)
         back_words = aligner.backward_words(sources, targets)
         for rule in ("backward", "intersection", "grow-diag-final", "grow-diag-final-and", "agreement"):
@@ -81,10 +98,12 @@ def evaluate(job: AlignJob) -> dict[str, AlignmentScores]:
     chosen = job.symmetrize or (MODEL_SYMMETRIZATION if job.backward_checkpoint else "forward")
     if chosen not in systems:
         raise UserError(f"--symmetrize {chosen} needs --backward-checkpoint (a target->source model)")
-    scores = {name: alignment_error_rate(links, sure, possible) for name, links in systems.items()}
     if job.output:
         with atomic_output(job.output) as out:
             out.writelines(to_pharaoh(links) + "\n" for links in systems[chosen])
+    if sure is None or possible is None:
+        return {}
+    scores = {name: alignment_error_rate(links, sure, possible) for name, links in systems.items()}
     print(score_table(scores, chosen))
     if job.json:
         print(json.dumps({name: vars(s) for name, s in scores.items()}))

@@ -16,6 +16,8 @@ inside ``torch.compile`` (which does its own packing) a layer computes ``F.linea
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -52,3 +54,15 @@ def pack_for_decoding(model: nn.Module) -> int:
             module.__class__ = PackedLinear
             packed += 1
     return packed
+
+
+def unpacked_copy(model: nn.Module) -> nn.Module:
+    """A deep copy of ``model`` whose ``PackedLinear`` layers are plain ``nn.Linear`` again, to train (the
+    packed weights, oneDNN's opaque tensors, cannot be copied; ``pack_for_decoding`` packs the copy again)."""
+    layers = [m for m in model.modules() if isinstance(m, PackedLinear)]
+    copied = copy.deepcopy(model, memo={id(m.packed_weight): None for m in layers})
+    for module in copied.modules():
+        if isinstance(module, PackedLinear):
+            del module.packed_weight
+            module.__class__ = nn.Linear
+    return copied

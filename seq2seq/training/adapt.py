@@ -1,0 +1,83 @@
+"""A trained model adapted to the sentence pairs it is about to align (test-time adaptation).
+
+A statistical word aligner such as eflomal estimates its lexical tables on the very corpus it aligns; a
+translation model has seen only its training data, and its attention over a word it barely knows
+("Schnappschuss" -> "snapshot") is diffuse. ``adapt`` fine-tunes a copy of the model on the pairs to be
+aligned with the translation loss alone, the way awesome-align (Dou & Neubig 2021) fine-tunes on the parallel
+corpus it aligns, and the links are then read from the copy:
+
+    theta <- theta - Adam_lr( grad_theta  sum_t CE_ls(y_t | y_<t, x) / #target tokens )
+
+over token batches of the pairs (reshuffled each pass), ``steps`` times, with dropout, constant learning
+rate, the gradient's norm clipped to 1. No link enters the loss, so nothing supervised is learnt from the
+pairs, and the attention heads trained to align (guided alignment, full context) keep their role: only
+their inputs now know the pairs' words. The model given is left as it was. Written here rather than
+through ``train()``: the pairs are in memory, there is no run directory, validation or checkpoint, and the
+step is the plain teacher-forced loss.
+"""
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..config import ADAPT_LR
+from ..data.batching import TokenBatchSampler, pad_batch
+from ..decoding.translator import Translator
+from ..errors import UserError
+from ..nn.packed import PackedLinear, pack_for_decoding, unpacked_copy
+from ..runtime import LOGGER
+from ..tokenizer import EOS_ID
+from .optim import sequence_loss
+
+ADAPT_MAX_TOKENS = 3000  # the CPU presets' batch
+
+
+def adapt(translator: Translator, sources: Sequence[str], targets: Sequence[str], steps: int,
+          lr: float = ADAPT_LR, max_tokens: int = ADAPT_MAX_TOKENS, label_smoothing: float = 0.1,
+          seed: int = 1) -> Translator:
+    """A Translator whose model is a copy of ``translator``'s trained ``steps`` updates on the pairs
+    (``sources[i]``, ``targets[i]``); ``steps`` 0 returns ``translator`` itself."""
+    if steps < 0 or lr <= 0 or max_tokens <= 0:
+        raise UserError(f"adapting needs steps >= 0, a positive learning rate and --max-tokens; got steps {steps}, "
+                        f"lr {lr}, max_tokens {max_tokens}")
+    if steps == 0:
+        return translator
+    if translator.engine is not None:
+        raise UserError("adapting a model trains our engine's copy of it; use --engine seq2seq")
+    if len(sources) != len(targets) or not sources:
+        raise UserError(f"adapting needs pairs: {len(sources)} sources, {len(targets)} targets")
+    tok, device = translator.tokenizer, translator.device
+    src_ids = [tok.encode(s) + [EOS_ID] for s in sources]
+    tgt_ids = [tok.encode(t) for t in targets]
+    sampler = TokenBatchSampler([len(s) for s in src_ids], [len(t) for t in tgt_ids], max_tokens, shuffle=True,
+                                seed=seed, drop_oversized=False)
+    model = unpacked_copy(translator.model).to(device).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
+    started, losses, step, epoch = time.perf_counter(), [], 0, 0
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)  # dropout: the same copy for the same pairs
+        while step < steps:
+            for rows in sampler.batches(epoch):
+                if step == steps:
+                    break
+                batch = pad_batch([src_ids[i] for i in rows], [tgt_ids[i] for i in rows], rows.tolist()).to(device)
+                logits, _ = model(batch.src, batch.src_mask, batch.tgt_in, src_lengths=batch.host_src_lengths())
+                loss = sequence_loss(logits, batch.tgt_out, label_smoothing) / batch.num_tgt_tokens
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                losses.append(float(loss))
+                step += 1
+            epoch += 1
+    LOGGER.info(f"adapt: {steps} updates on {len(sources)} pairs ({epoch} passes) in "
+                f"{time.perf_counter() - started:.1f} s; loss per token {np.mean(losses[:epoch or 1]):.3f} -> "
+                f"{losses[-1]:.3f}")
+    if any(isinstance(m, PackedLinear) for m in translator.model.modules()):
+        pack_for_decoding(model)  # decodes as fast as the model it came from
+    return Translator(model.eval(), tok, device, translator.max_input_tokens, shortlist=translator.shortlist,
+                      checkpoints=translator.checkpoints, supervised_attention=translator.supervised_attention,
+                      languages=translator.languages)
