@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import run_shared
 import torch
 
 from conftest import run_main
@@ -505,3 +506,25 @@ def test_aoti_step_benchmark_compiles_the_step_into_a_package_that_decodes_like_
         assert row["max_logit_difference"]["compiled"] == 0 and row["max_logit_difference"]["aoti"] < 1e-4
         assert row["aoti_load_s"] < row["aoti_compile_s"] and row["package_mb"] > 0
     assert "| 3 |" in out.with_suffix(".md").read_text()
+
+
+def test_adapt_benchmark_scores_each_adaptation_forward_and_by_agreement(tmp_path):
+    from test_align_cli import _train_checkpoint, reversed_checkpoint
+
+    checkpoint = run_shared.built_once("align-cli-transformer", _train_checkpoint) / "run" / "best.pt"
+    corpus = toy_corpus(n_train=10, n_valid=4, n_test=2, seed=5)
+    for column, lang in (("src", "en"), ("tgt", "de")):
+        (tmp_path / f"val.{lang}").write_text("\n".join(corpus["validation"][column]) + "\n", encoding="utf-8")
+    gold = tmp_path / "gold.align"
+    gold.write_text("0-0\n" * 4, encoding="utf-8")
+    out = tmp_path / "adapt.json"
+    script("bench_adapt.py", "--checkpoint", str(checkpoint), "--backward-checkpoint",
+           str(reversed_checkpoint(checkpoint, tmp_path / "backward.pt")), "--data-dir", str(tmp_path), "--src", "en",
+           "--tgt", "de", "--gold", str(gold), "--steps", "0", "2", "--lr", "1e-3", "3e-3", "--out", str(out),
+           cwd=tmp_path)
+    record = check_record(out, "adapt")
+    assert [(r["steps"], r["lr"]) for r in record["results"]] == [(0, 1e-3), (2, 1e-3), (2, 3e-3)]
+    for result in record["results"]:
+        assert 0 <= result["forward"]["aer"] <= 1 and 0 <= result["agreement"]["aer"] <= 1
+        assert result["forward"]["sentences"] == 4
+    assert "| 2 | 0.003 |" in out.with_suffix(".md").read_text()
