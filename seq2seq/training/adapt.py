@@ -73,9 +73,10 @@ def adapt(translator: Translator, sources: Sequence[str], targets: Sequence[str]
                 losses.append(float(loss))
                 step += 1
             epoch += 1
+    first_pass = len(sampler.batches(0))
     LOGGER.info(f"adapt: {steps} updates on {len(sources)} pairs ({epoch} passes) in "
-                f"{time.perf_counter() - started:.1f} s; loss per token {np.mean(losses[:epoch or 1]):.3f} -> "
-                f"{losses[-1]:.3f}")
+                f"{time.perf_counter() - started:.1f} s; loss per token {np.mean(losses[:first_pass]):.3f} (first "
+                f"pass) -> {losses[-1]:.3f}")
     if any(isinstance(m, PackedLinear) for m in translator.model.modules()):
         pack_for_decoding(model)  # decodes as fast as the model it came from
     return Translator(model.eval(), tok, device, translator.max_input_tokens, shortlist=translator.shortlist,
