@@ -42,7 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def score(translator: Translator, sources: list[str], targets: list[str], sure, possible) -> dict:
-    align = AlignConfig().for_model(translator.supervised_attention)
+    align = AlignConfig(model_default=True).for_model(translator.supervised_attention)  # its supervised heads
     links = force_align(translator, sources, targets, align.layer, align.heads, align.method, align.threshold)
     return vars(alignment_error_rate(links, sure, possible))
 

@@ -70,7 +70,7 @@ def adapt(translator: Translator, sources: Sequence[str], targets: Sequence[str]
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 optimizer.step()
-                losses.append(float(loss))
+                losses.append(float(loss.detach()))
                 step += 1
             epoch += 1
     first_pass = len(sampler.batches(0))
