@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         record["results"].append(entry)
         rows.append([steps, lr if steps else "", f"{entry['forward']['aer']:.4f}",
                      f"{entry['agreement']['aer']:.4f}" if "agreement" in entry else "",
-                     entry["forward_s"] + entry.get("backward_s", 0)])
+                     round(entry["forward_s"] + entry.get("backward_s", 0), 1)])
         print(f"steps {steps} lr {lr}: forward {entry['forward']['aer']:.4f}"
               + (f" agreement {entry['agreement']['aer']:.4f}" if "agreement" in entry else ""), flush=True)
         table = (f"AER on {count} gold pairs ({args.gold_split}) after adapting to them; "
