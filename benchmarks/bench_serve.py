@@ -52,7 +52,7 @@ def start_server(args: argparse.Namespace, mode: str) -> tuple[subprocess.Popen,
                "127.0.0.1", "--port", "0", "--device", args.device, "--beam-size", str(args.beam_size), "--quiet",
                "--max-queue-sentences", str(max(1024, args.clients * args.sentences_per_request)),
                "--max-request-sentences", str(max(128, args.sentences_per_request)), "--compile", args.compile,
-               "--engine", args.engine, *flags]
+               "--engine", args.engine, "--compile-cache", args.compile_cache, *flags]
     print(f"[{mode}] {' '.join(command)}", file=sys.stderr, flush=True)
     started = time.perf_counter()
     proc = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -207,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the server's --engine (default: auto, as the server's)")
     parser.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
                         help="the server's --compile (compiled decoding of lone requests; default: auto)")
+    parser.add_argument("--compile-cache", default="none",
+                        help="the server's --compile-cache (default: none, every start compiles: a cold start; "
+                             "auto or DIR: what a later start of the same model loads)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "serve.json")
     args = parser.parse_args(argv)
     source = args.data_dir / f"{args.test_split}.{args.src}"

@@ -369,17 +369,24 @@ def test_serve_starts_listening_with_its_compilation_under_way(checkpoint, monke
                         lambda translator, settings, host, port, quiet, compiling, backward: started.update(
                             compiling=compiling, status=compiling and compiling.status))
     assert serve_cli.main(["--checkpoint", str(checkpoint), "--device", "cpu", "--engine", "seq2seq", "--compile", flag,
-                           "--beam-size", "3", "--quiet"]) == 0
+                           "--beam-size", "3", "--compile-cache", "none", "--quiet"]) == 0
     job = started["compiling"]
     assert (job is not None) == compiles
     if compiles:
         assert started["status"] == "compiling" and job.wait(60) == "ready"  # listening came first
 
 
-def test_serve_compiles_into_the_compile_cache_it_is_given(checkpoint, monkeypatch, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("flag", ["DIR", "auto", "auto, read-only", "none"])
+def test_serve_compiles_into_the_compile_cache_it_is_given(checkpoint, monkeypatch, tmp_path, flag):  # noqa: F811
     """``--compile-cache DIR`` reaches the background compile (``_compiled_parts(member, DIR)``: there a
     Transformer's step becomes AOTInductor packages, test_static_step checks them; here the parts are the
-    "eager" backend's, quick)."""
+    "eager" backend's, quick); ``auto`` (the default) is ``compiled/`` beside the checkpoint, or none where
+    that folder cannot be made; ``none`` keeps nothing (then ``_compiled_parts`` gets None)."""
+    import shutil
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(checkpoint, run / "best.pt")
     monkeypatch.setattr(compiled, "BACKEND", "eager")
     real, asked, started = compiled._compiled_parts, [], {}
     monkeypatch.setattr(compiled, "_compiled_parts",
@@ -387,10 +394,15 @@ def test_serve_compiles_into_the_compile_cache_it_is_given(checkpoint, monkeypat
     monkeypatch.setattr("seq2seq.serve.server.run_server",
                         lambda translator, settings, host, port, quiet, compiling, backward: started.update(
                             translator=translator, compiling=compiling))
-    assert serve_cli.main(["--checkpoint", str(checkpoint), "--device", "cpu", "--engine", "seq2seq", "--compile", "on",
-                           "--compile-cache", str(tmp_path / "steps"), "--quiet"]) == 0
-    assert started["compiling"].wait(60) == "ready" and started["translator"].compile_cache == str(tmp_path / "steps")
-    assert asked and set(asked) == {str(tmp_path / "steps")}
+    given = {"DIR": ["--compile-cache", str(tmp_path / "steps")], "none": ["--compile-cache", "none"]}.get(flag, [])
+    if flag == "auto, read-only":
+        (run / "compiled").write_text("not a folder")  # the folder cannot be made (as a read-only run, even for root)
+    assert serve_cli.main(["--checkpoint", str(run), "--device", "cpu", "--engine", "seq2seq", "--compile", "on",
+                           *given, "--quiet"]) == 0
+    assert started["compiling"].wait(60) == "ready"
+    expected = {"DIR": str(tmp_path / "steps"), "auto": str(run / "compiled")}.get(flag)
+    assert started["translator"].compile_cache == expected
+    assert asked and set(asked) == {expected}
 
 
 def test_serve_takes_a_backward_model_of_the_other_direction_only(checkpoint, monkeypatch, tmp_path, capsys):  # noqa: F811

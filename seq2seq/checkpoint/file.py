@@ -17,6 +17,7 @@ A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts, so i
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,19 @@ def checkpoint_file(path: str | Path) -> Path:
         if not is_exported(path):
             return path / BEST if (path / BEST).is_file() else path / LAST
     return path
+
+
+def compile_cache_beside(path: str | Path) -> Path | None:
+    """Where a served checkpoint's compiled decoding steps are kept by default (``serve --compile-cache auto``):
+    ``compiled/`` in the directory that holds it (the run directory, or an exported model's), created if need
+    be; None where that cannot be written (a read-only model directory: the server then compiles at each start)."""
+    path = Path(path)
+    folder = (path if path.is_dir() else path.parent) / "compiled"
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError:
+        return None
+    return folder if os.access(folder, os.W_OK | os.X_OK) else None
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

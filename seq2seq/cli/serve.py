@@ -16,6 +16,7 @@ import os
 
 from ..config import DEFAULT_BEAM_SIZE, DecodeConfig
 from ..errors import UserError
+from ..runtime import LOGGER
 from .common import (
     add_alignment_flags, add_backward_flags, add_dataclass_flags, add_device_flag, align_config, parser_for, run_cli,
 )
@@ -50,9 +51,11 @@ def parse_args(argv: list[str] | None):
                         "(torch.compile; about 2x faster), compiled in the background from start-up for the "
                         "default beam size and greedy search (30-90 s each) while requests are answered "
                         "uncompiled; GET /health says when it is live. auto (default): on for fp32 on CPU")
-    p.add_argument("--compile-cache", metavar="DIR",
+    p.add_argument("--compile-cache", metavar="DIR", default="auto",
                    help="keep the Transformer's compiled decoding step in DIR (AOTInductor packages): a later start "
-                        "of the same model loads it in a fraction of a second instead of compiling it again")
+                        "of the same model loads it in a fraction of a second instead of compiling it again. auto "
+                        "(default): compiled/ beside the (first) checkpoint where that can be written; none: "
+                        "compile anew at every start")
     p.add_argument("--shortlist", nargs="?", const="auto", default=None, metavar="FILE",
                    help="decode over a lexical shortlist, as seq2seq translate --shortlist (no FILE: the run's)")
     p.add_argument("--shortlist-sizes", nargs=2, type=int, metavar=("K", "N"), default=None,
@@ -101,6 +104,22 @@ def limits_from_args(args):
     return limits
 
 
+def compile_cache(flag: str, checkpoints: list[str]) -> str | None:
+    """``--compile-cache``: a directory, ``none``, or ``auto``: ``compiled/`` beside the first checkpoint
+    (``checkpoint.file.compile_cache_beside``), or none where that cannot be written."""
+    if flag == "none":
+        return None
+    if flag != "auto":
+        return flag
+    from ..checkpoint.file import compile_cache_beside
+
+    folder = compile_cache_beside(checkpoints[0])
+    if folder is None:
+        LOGGER.info(f"serve: {checkpoints[0]}'s directory cannot be written: the compiled decoding step is not kept "
+                    "(--compile-cache DIR keeps it elsewhere)")
+    return None if folder is None else str(folder)
+
+
 @run_cli
 def main(argv: list[str] | None = None) -> int:
     from ..serve.settings import ServeSettings
@@ -129,14 +148,14 @@ def main(argv: list[str] | None = None) -> int:
 
     translator = Translator.from_checkpoints(args.checkpoint, device=args.device, precision=args.precision,
                                              max_input_tokens=args.max_input_tokens, shortlist=args.shortlist,
-                                             shortlist_sizes=args.shortlist_sizes, engine=args.engine,
-                                             compile_cache=args.compile_cache)
+                                             shortlist_sizes=args.shortlist_sizes, engine=args.engine)
     compiling = None
     if args.compile == "on" and translator.engine is not None:
         raise UserError(f"--compile on compiles our engine's decoding step; the server runs CTranslate2's search "
                         f"(--engine {args.engine}): use --engine seq2seq, or drop --compile on")
     wanted = args.compile == "on" or (args.compile == "auto" and compile_pays(translator.device, args.precision))
     if wanted and translator.engine is None:  # compiled decoding is our engine's
+        translator.compile_cache = compile_cache(args.compile_cache, args.checkpoint)
         # as lone requests will run it, on their thread count; the server listens meanwhile
         compiling = translator.compile_in_background(sorted({1, decode.beam}), lone_sentence_threads(translator))
     backward = None
