@@ -376,12 +376,11 @@ def test_serve_starts_listening_with_its_compilation_under_way(checkpoint, monke
         assert started["status"] == "compiling" and job.wait(60) == "ready"  # listening came first
 
 
-@pytest.mark.parametrize("flag", ["DIR", "auto", "auto, read-only", "none"])
+@pytest.mark.parametrize("flag", ["DIR", "auto"])
 def test_serve_compiles_into_the_compile_cache_it_is_given(checkpoint, monkeypatch, tmp_path, flag):  # noqa: F811
     """``--compile-cache DIR`` reaches the background compile (``_compiled_parts(member, DIR)``: there a
     Transformer's step becomes AOTInductor packages, test_static_step checks them; here the parts are the
-    "eager" backend's, quick); ``auto`` (the default) is ``compiled/`` beside the checkpoint, or none where
-    that folder cannot be made; ``none`` keeps nothing (then ``_compiled_parts`` gets None)."""
+    "eager" backend's, quick); ``auto`` (the default) is ``compiled/`` beside the checkpoint."""
     import shutil
 
     run = tmp_path / "run"
@@ -394,15 +393,29 @@ def test_serve_compiles_into_the_compile_cache_it_is_given(checkpoint, monkeypat
     monkeypatch.setattr("seq2seq.serve.server.run_server",
                         lambda translator, settings, host, port, quiet, compiling, backward: started.update(
                             translator=translator, compiling=compiling))
-    given = {"DIR": ["--compile-cache", str(tmp_path / "steps")], "none": ["--compile-cache", "none"]}.get(flag, [])
-    if flag == "auto, read-only":
-        (run / "compiled").write_text("not a folder")  # the folder cannot be made (as a read-only run, even for root)
+    given = ["--compile-cache", str(tmp_path / "steps")] if flag == "DIR" else []
     assert serve_cli.main(["--checkpoint", str(run), "--device", "cpu", "--engine", "seq2seq", "--compile", "on",
                            *given, "--quiet"]) == 0
     assert started["compiling"].wait(60) == "ready"
-    expected = {"DIR": str(tmp_path / "steps"), "auto": str(run / "compiled")}.get(flag)
+    expected = {"DIR": str(tmp_path / "steps"), "auto": str(run / "compiled")}[flag]
     assert started["translator"].compile_cache == expected
     assert asked and set(asked) == {expected}
+
+
+def test_the_default_compile_cache_is_beside_the_checkpoint_where_it_can_be_made(tmp_path):
+    """``--compile-cache auto``: ``compiled/`` in the checkpoint's folder (a run directory, or a .pt file's);
+    none where that folder cannot be made (as in a read-only model directory, even for root); ``none``: none."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "best.pt").write_bytes(b"")
+    assert serve_cli.compile_cache("auto", [str(run)]) == str(run / "compiled") and (run / "compiled").is_dir()
+    assert serve_cli.compile_cache("auto", [str(run / "best.pt"), "other.pt"]) == str(run / "compiled")
+    assert serve_cli.compile_cache("none", [str(run)]) is None
+    assert serve_cli.compile_cache(str(tmp_path / "elsewhere"), [str(run)]) == str(tmp_path / "elsewhere")
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / "compiled").write_text("not a folder")
+    assert serve_cli.compile_cache("auto", [str(blocked)]) is None
 
 
 def test_serve_takes_a_backward_model_of_the_other_direction_only(checkpoint, monkeypatch, tmp_path, capsys):  # noqa: F811
