@@ -73,31 +73,30 @@ def _read_parallel(job: AlignJob) -> tuple[list[str], list[str], list[set[Link]]
     return sources, targets, sure, possible
 
 
-def _load(job: AlignJob, checkpoint: str, sources: list[str], targets: list[str]) -> Translator:
-    """The model of ``checkpoint``, adapted to the pairs (``--adapt-steps``)."""
-    return adapt(Translator.from_checkpoint(checkpoint, device=job.device), sources, targets, job.adapt_steps,
-                 job.adapt_lr)
-
-
 def evaluate(job: AlignJob) -> dict[str, AlignmentScores]:
     """Align, score every direction (with --gold), write --output; returns the scores by name."""
     sources, targets, sure, possible = _read_parallel(job)
-    forward = _load(job, job.checkpoint, sources, targets)
+    chosen = job.symmetrize or (MODEL_SYMMETRIZATION if job.backward_checkpoint else "forward")
+    if chosen != "forward" and not job.backward_checkpoint:
+        raise UserError(f"--symmetrize {chosen} needs --backward-checkpoint (a target->source model)")
+    forward = Translator.from_checkpoint(job.checkpoint, device=job.device)
     align = job.align.for_model(forward.supervised_attention)  # a guided model: its supervised heads
-    layer, heads = check_layer_heads(align.layer, align.heads, forward.model)
+    layer, heads = check_layer_heads(align.layer, align.heads, forward.model)  # before adapting: errors first
+    backward = None
+    if job.backward_checkpoint:
+        backward = Translator.from_checkpoint(job.backward_checkpoint, device=job.device)
+        BackwardAligner(forward, backward, job.align, batch_size=job.batch_size)  # its checks, before adapting
+        backward = adapt(backward, targets, sources, job.adapt_steps, job.adapt_lr)
+    forward = adapt(forward, sources, targets, job.adapt_steps, job.adapt_lr)
     words = force_align_words(forward, sources, targets, layer, heads, job.batch_size,
                               names=(f"--source {job.source}", f"--target {job.target}"))
     systems = {"forward": [extract_links(m, job.align.method, job.align.threshold) for m in words]}
-    if job.backward_checkpoint:
-        backward = _load(job, job.backward_checkpoint, targets, sources)
+    if backward is not None:
         aligner = BackwardAligner(forward, backward, job.align, batch_size=job.batch_size)
         back_words = aligner.backward_words(sources, targets)
         for rule in ("backward", "intersection", "grow-diag-final", "grow-diag-final-and", "agreement"):
             systems[rule] = [aligner.combined(f, m, b, rule=rule)
                              for f, m, b in zip(systems["forward"], words, back_words)]
-    chosen = job.symmetrize or (MODEL_SYMMETRIZATION if job.backward_checkpoint else "forward")
-    if chosen not in systems:
-        raise UserError(f"--symmetrize {chosen} needs --backward-checkpoint (a target->source model)")
     if job.output:
         with atomic_output(job.output) as out:
             out.writelines(to_pharaoh(links) + "\n" for links in systems[chosen])
