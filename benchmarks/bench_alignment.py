@@ -18,7 +18,8 @@ statistical aligner eflomal, with test BLEU at equal training time (from the rep
    alignment ``seq2seq align`` reads by default from that model (``default``), with every link method
    at its default share (``methods``: argmax, threshold, soft, grow; and ``grow 0``, every grown link), and
    for every decoder layer (and their mean) x (the mean of heads, and each head), argmax links: the best of
-   these is tuned on the gold.
+   these is tuned on the gold. With ``--adapt-steps N`` also the default links of the model adapted to the gold
+   pairs (``adapted``: ``seq2seq.adapt``, as ``seq2seq align --adapt-steps N``).
 5. **Record** (``--out``, JSON + markdown) after every step, and a figure (PNG beside it): test BLEU
    against default AER, eflomal's AER as a line.
 """
@@ -170,13 +171,20 @@ def attention_scores(run_dir: Path, sources: list[str], targets: list[str], gold
     for name, method, share in [*((m, m, None) for m in LINK_METHODS), ("grow 0", "grow", 0.0)]:
         links = force_align(translator, sources, targets, default_layer, default_heads, method=method, threshold=share)
         methods[name] = vars(alignment_error_rate(links, sure, possible))
+    adapted = None
+    if args.adapt_steps:  # the default links of the model adapted to the gold pairs (``seq2seq.adapt``)
+        from seq2seq import adapt
+
+        links = force_align(adapt(translator, sources, targets, args.adapt_steps), sources, targets, default_layer,
+                            default_heads)
+        adapted = {"steps": args.adapt_steps, **vars(alignment_error_rate(links, sure, possible))}
     test_src = read_lines(args.data_dir / f"{args.test_split}.{args.src}")
     test_ref = read_lines(args.data_dir / f"{args.test_split}.{args.tgt}")
     outputs = [t.text for t in translator.translate(test_src, beam_size=5, need_attention=False)]
     scores = corpus_scores(outputs, test_ref, ("bleu", "chrf"))
     summary = json.loads((run_dir / "summary.json").read_text())
     return {"default": {"layer": default_layer, "heads": default_heads, **methods[AlignConfig.method]},
-            "best": best, "aer": aer, "methods": methods, "test_bleu": scores["bleu"].score,
+            "best": best, "aer": aer, "methods": methods, "adapted": adapted, "test_bleu": scores["bleu"].score,
             "test_chrf": scores["chrf"].score,
             "valid_bleu": summary["best_valid_bleu"], "steps": summary["steps"],
             "tokens_per_s": summary["train_tgt_tokens_per_s"]}
@@ -193,18 +201,23 @@ def default_alignment(translator) -> tuple:
 
 def table(record: dict) -> str:
     methods = list(next(iter(record["runs"].values()))["methods"]) if record["runs"] else []
-    rows = [["eflomal (grow-diag-final-and)", "", "", f"{record['eflomal']['aer']:.3f}", *[""] * len(methods), "", ""]]
+    adapt_steps = record.get("adapt_steps") or 0
+    adapted = [f"AER (adapted, {adapt_steps} updates)"] if adapt_steps else []
+    rows = [["eflomal (grow-diag-final-and)", "", "", f"{record['eflomal']['aer']:.3f}", *[""] * len(methods),
+             *[""] * len(adapted), "", ""]]
     for name, r in record["runs"].items():
         d = r["default"]
         best = r["aer"][r["best"]]
         rows.append([name, f"{r['test_bleu']:.2f}", f"{r['valid_bleu']:.2f}", f"{d['aer']:.3f}",
-                     *[f"{r['methods'][m]['aer']:.3f}" for m in methods], f"{best['aer']:.3f} ({r['best']}, argmax)",
-                     r["steps"]])
+                     *[f"{r['methods'][m]['aer']:.3f}" for m in methods],
+                     *[f"{r['adapted']['aer']:.3f}" if r.get("adapted") else ""] * len(adapted),
+                     f"{best['aer']:.3f} ({r['best']}, argmax)", r["steps"]])
     head = (f"AER on {record['gold_pairs']} hand-aligned {record['gold_split']} pairs "
             f"({display_path(record['gold'])}); runs of {record['minutes']:g} minutes each, "
             f"{'two at a time' if record['parallel'] else 'one after the other'}, {record['machine']['cpu']}\n\n")
     return head + markdown_table(["system", "test BLEU", "valid BLEU", "AER (default alignment)",
-                                  *[f"AER ({m})" for m in methods], "AER (best layer/head, tuned on the gold)",
+                                  *[f"AER ({m})" for m in methods], *adapted,
+                                  "AER (best layer/head, tuned on the gold)",
                                   "steps"], rows) + "\n"
 
 
@@ -240,6 +253,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=DEFAULT_VARIANTS)
     parser.add_argument("--parallel", action="store_true", help="two runs at a time, half the cores each")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--adapt-steps", type=int, default=0,
+                        help="also score each run adapted to the gold pairs by this many updates (seq2seq.adapt, "
+                             "align --adapt-steps; default: 0, not)")
     parser.add_argument("--runs", type=Path, default=ROOT / "bench-results" / "alignment")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "alignment.json")
     parser.add_argument("extra", nargs="*", help="after --: extra flags for every training run")
@@ -257,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     gold = read_gold_alignments(args.gold, sources, targets)
     record = {**provenance("alignment"), "gold": display_path(args.gold), "gold_split": args.gold_split,
               "gold_pairs": len(sources), "minutes": args.minutes, "parallel": args.parallel,
+              "adapt_steps": args.adapt_steps,
               "variants": {name: VARIANTS[name] for name in args.variants}, "runs": {}}
     eflomal = eflomal_links(args, sources, targets).read_text(encoding="utf-8").splitlines()[-len(sources):]
     record["eflomal"] = score_links(eflomal, gold)

@@ -446,8 +446,11 @@ def test_alignment_benchmark_scores_eflomal_and_each_variants_attention_on_the_g
     out = tmp_path / "alignment.json"
     script("bench_alignment.py", "--data-dir", str(data), "--src", "en", "--tgt", "de", "--test-split", "test",
            "--gold", str(gold), "--minutes", "0.1", "--variants", "transformer", "transformer-align",
-           "--runs", str(tmp_path / "runs"), "--out", str(out), "--", "--vocab-size", "60", *TINY_MODEL, cwd=tmp_path)
+           "--adapt-steps", "2", "--runs", str(tmp_path / "runs"), "--out", str(out), "--", "--vocab-size", "60",
+           *TINY_MODEL, cwd=tmp_path)
     record = check_record(out, "alignment")
+    assert all(r["adapted"]["steps"] == 2 and 0 <= r["adapted"]["aer"] <= 1 for r in record["runs"].values())
+    assert "AER (adapted, 2 updates)" in out.with_suffix(".md").read_text()
     assert record["gold_pairs"] == 3 and 0 <= record["eflomal"]["aer"] <= 1
     guided = record["runs"]["transformer-align"]
     assert guided["default"]["heads"] == [0] and record["runs"]["transformer"]["default"]["heads"] == "mean"
