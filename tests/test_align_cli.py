@@ -294,7 +294,8 @@ def test_align_writes_links_without_gold_and_adapts_first(checkpoint, gold_files
     argv = ["--checkpoint", str(checkpoint), "--source", str(gold_files["src"]), "--target", str(gold_files["tgt"]),
             "--device", "cpu", "--align-method", "argmax"]
     assert align.main([*argv, "--adapt-steps", "3", "--adapt-lr", "3e-3", "--output", str(links)]) == 0
-    assert "AER" not in capsys.readouterr().out  # nothing to score
+    printed = capsys.readouterr()
+    assert "AER" not in printed.out and f"forward links of 3 sentence pairs written to {links}" in printed.err
     sources, targets = (gold_files[k].read_text(encoding="utf-8").splitlines() for k in ("src", "tgt"))
     adapted = adapt(Translator.from_checkpoint(checkpoint, device="cpu"), sources, targets, steps=3, lr=3e-3)
     layer, heads = check_layer_heads(AlignConfig.layer, AlignConfig.heads, adapted.model)
