@@ -64,3 +64,19 @@ def test_bad_adaptation_settings_are_named(checkpoint, kwargs, message):  # noqa
         adapt(translator, SOURCES, TARGETS, **kwargs)
     with pytest.raises(UserError, match="1 sources, 2 targets"):
         adapt(translator, SOURCES[:1], TARGETS[:2], steps=1)
+    half = Translator.from_checkpoint(checkpoint, device="cpu", precision="bf16")
+    with pytest.raises(UserError, match="fp32"):
+        adapt(half, SOURCES, TARGETS, steps=1)
+
+
+def test_an_rnn_adapts_too(tiny_tokenizer):
+    """The RNN (packed sequences, host-side source lengths) learns the pairs the same way."""
+    from seq2seq.config import ModelConfig
+    from seq2seq.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(arch="rnn", vocab_size=tiny_tokenizer.vocab_size, embed_dim=32, hidden_size=32,
+                                    decoder_hidden_size=32, dropout=0.1))
+    translator = Translator(model, tiny_tokenizer)
+    adapted = adapt(translator, SOURCES, TARGETS, steps=12, lr=3e-3)
+    assert log_likelihood(adapted) > log_likelihood(translator) + 1.0

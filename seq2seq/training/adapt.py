@@ -47,6 +47,9 @@ def adapt(translator: Translator, sources: Sequence[str], targets: Sequence[str]
         return translator
     if translator.engine is not None:
         raise UserError("adapting a model trains our engine's copy of it; use --engine seq2seq")
+    if any(p.dtype != torch.float32 for p in translator.model.parameters()) or any(
+            "quantized" in type(m).__module__ for m in translator.model.modules()):
+        raise UserError("adapting trains the model: load it in fp32 (--precision fp32), not fp16, bf16 or int8")
     if len(sources) != len(targets) or not sources:
         raise UserError(f"adapting needs pairs: {len(sources)} sources, {len(targets)} targets")
     tok, device = translator.tokenizer, translator.device
