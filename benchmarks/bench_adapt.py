@@ -18,11 +18,12 @@ import itertools
 import time
 from pathlib import Path
 
+from bench_alignment import default_alignment
 from common import ROOT, add_multi30k_flags, provenance, write_record
 
 from seq2seq import BackwardAligner, Translator, adapt
 from seq2seq.alignment.links import alignment_error_rate, read_gold_alignments
-from seq2seq.config import ADAPT_LR, AlignConfig
+from seq2seq.config import ADAPT_LR
 from seq2seq.decoding.forced_alignment import force_align
 from seq2seq.io_utils import markdown_table, read_lines
 
@@ -42,8 +43,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def score(translator: Translator, sources: list[str], targets: list[str], sure, possible) -> dict:
-    align = AlignConfig(model_default=True).for_model(translator.supervised_attention)  # its supervised heads
-    links = force_align(translator, sources, targets, align.layer, align.heads, align.method, align.threshold)
+    """AER of the links ``seq2seq align`` reads by default (a guided model's supervised heads)."""
+    links = force_align(translator, sources, targets, *default_alignment(translator))
     return vars(alignment_error_rate(links, sure, possible))
 
 

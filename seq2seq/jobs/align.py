@@ -86,7 +86,8 @@ def evaluate(job: AlignJob) -> dict[str, AlignmentScores]:
     backward = None
     if job.backward_checkpoint:
         backward = Translator.from_checkpoint(job.backward_checkpoint, device=job.device)
-        BackwardAligner(forward, backward, job.align, batch_size=job.batch_size)  # its checks, before adapting
+        if job.adapt_steps:  # its checks (direction, layer, heads) before a minute of adapting
+            BackwardAligner(forward, backward, job.align, batch_size=job.batch_size)
         backward = adapt(backward, targets, sources, job.adapt_steps, job.adapt_lr)
     forward = adapt(forward, sources, targets, job.adapt_steps, job.adapt_lr)
     words = force_align_words(forward, sources, targets, layer, heads, job.batch_size,

@@ -17,10 +17,10 @@ step is the plain teacher-forced loss.
 """
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Sequence
 
-import numpy as np
 import torch
 
 from ..config import ADAPT_LR
@@ -59,27 +59,24 @@ def adapt(translator: Translator, sources: Sequence[str], targets: Sequence[str]
                                 seed=seed, drop_oversized=False)
     model = unpacked_copy(translator.model).to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
-    started, losses, step, epoch = time.perf_counter(), [], 0, 0
+    per_pass = len(sampler.batches(0))  # every pass packs the same lengths into as many batches
+    batches = itertools.chain.from_iterable(sampler.batches(epoch) for epoch in itertools.count())
+    started, losses = time.perf_counter(), []
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)  # dropout: the same copy for the same pairs
-        while step < steps:
-            for rows in sampler.batches(epoch):
-                if step == steps:
-                    break
-                batch = pad_batch([src_ids[i] for i in rows], [tgt_ids[i] for i in rows], rows.tolist()).to(device)
-                logits, _ = model(batch.src, batch.src_mask, batch.tgt_in, src_lengths=batch.host_src_lengths())
-                loss = sequence_loss(logits, batch.tgt_out, label_smoothing) / batch.num_tgt_tokens
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                optimizer.step()
-                losses.append(float(loss.detach()))
-                step += 1
-            epoch += 1
-    first_pass = len(sampler.batches(0))
-    LOGGER.info(f"adapt: {steps} updates on {len(sources)} pairs ({epoch} passes) in "
-                f"{time.perf_counter() - started:.1f} s; loss per token {np.mean(losses[:first_pass]):.3f} (first "
-                f"pass) -> {losses[-1]:.3f}")
+        for rows in itertools.islice(batches, steps):
+            batch = pad_batch([src_ids[i] for i in rows], [tgt_ids[i] for i in rows], rows.tolist()).to(device)
+            logits, _ = model(batch.src, batch.src_mask, batch.tgt_in, src_lengths=batch.host_src_lengths())
+            loss = sequence_loss(logits, batch.tgt_out, label_smoothing) / batch.num_tgt_tokens
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            losses.append(loss.detach())  # read once at the end: no host sync per update on a GPU
+    losses = torch.stack(losses).cpu()
+    LOGGER.info(f"adapt: {steps} updates on {len(sources)} pairs ({-(-steps // per_pass)} passes) in "
+                f"{time.perf_counter() - started:.1f} s; loss per token {float(losses[:per_pass].mean()):.3f} (first "
+                f"pass) -> {float(losses[-1]):.3f}")
     if any(isinstance(m, PackedLinear) for m in translator.model.modules()):
         pack_for_decoding(model)  # decodes as fast as the model it came from
     return Translator(model.eval(), tok, device, translator.max_input_tokens, shortlist=translator.shortlist,
