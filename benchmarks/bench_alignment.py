@@ -60,6 +60,9 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     # the preset learning faster early: a higher peak rate, or smaller batches (more updates in the same time)
     "transformer-align-lr-2e-3": ("transformer-align", ["--guided-alignment", "{talp}", "--lr", "2e-3"]),
     "transformer-align-1500-tokens": ("transformer-align", ["--guided-alignment", "{talp}", "--max-tokens", "1500"]),
+    "transformer-align-lr-3e-3": ("transformer-align", ["--guided-alignment", "{talp}", "--lr", "3e-3"]),
+    "transformer-align-lr-2e-3-1500-tokens": ("transformer-align", ["--guided-alignment", "{talp}", "--lr", "2e-3",
+                                                                     "--max-tokens", "1500"]),
     "transformer-self": ("transformer", ["--guided-alignment", "self", "--guided-alignment-weight", "0.5"]),
     # a trained transformer-align run further: on its own links (self-refinement) or on eflomal's as before
     "transformer-align-then-self": ("transformer-align", ["--init-from", "{runs}/transformer-align/best.pt",
