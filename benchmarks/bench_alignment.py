@@ -63,6 +63,9 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "transformer-align-lr-3e-3": ("transformer-align", ["--guided-alignment", "{talp}", "--lr", "3e-3"]),
     "transformer-align-lr-2e-3-1500-tokens": ("transformer-align", ["--guided-alignment", "{talp}", "--lr", "2e-3",
                                                                      "--max-tokens", "1500"]),
+    "transformer-align-lr-3e-3-1500-tokens": ("transformer-align", ["--guided-alignment", "{talp}", "--lr", "3e-3",
+                                                                     "--max-tokens", "1500"]),
+    "transformer-lr-2e-3-1500-tokens": ("transformer", ["--lr", "2e-3", "--max-tokens", "1500"]),
     "transformer-self": ("transformer", ["--guided-alignment", "self", "--guided-alignment-weight", "0.5"]),
     # a trained transformer-align run further: on its own links (self-refinement) or on eflomal's as before
     "transformer-align-then-self": ("transformer-align", ["--init-from", "{runs}/transformer-align/best.pt",
