@@ -7,7 +7,8 @@
 2. Decode ``test_2016_flickr`` with both engines back to back, mode by mode: greedy and beam 5 in
    wide batches (the same batch size for both: ``DecodeConfig.batch``), and greedy and beam 5 one
    sentence at a time on the first ``--batch1-sentences`` sentences; fp32 and int8; one sentence at
-   a time also ours compiled (``Translator(compile=True)``, fp32); and CTranslate2 as our engine
+   a time also ours compiled (``Translator(compile=True)``, fp32), and ours packaged (the same step compiled
+   ahead of time, ``compile_cache``: AOTInductor packages built in the warm-up); and CTranslate2 as our engine
    (``Translator(engine="ctranslate2")``: our tokenization, batching and records around its search;
    the conversion, cached beside the checkpoint, in its warm-up). Both searches rank by
    log-probability (length penalty 0: CTranslate2 divides by length^alpha, we use GNMT's
@@ -24,7 +25,10 @@
 Every (engine, precision, mode) decodes in a process of its own (this script with ``--worker``):
 CTranslate2's and PyTorch's thread pools in one process slow each other down by 2x at batch 1
 (their idle threads spin), which made an earlier record of this benchmark (2026-11-26, 08:01) wrong.
-Both engines use every core (torch threads; CTranslate2 intra_threads, one translator).
+Both engines use every core (torch threads; CTranslate2 intra_threads, one translator). "ctranslate2
+MKL_NUM_THREADS=1" is CTranslate2 in a process with that variable set: its matrix products (Intel MKL) on one
+thread, its other operations still on intra_threads. On a 2-core Intel Xeon VM (2026-11-27) MKL's two-thread
+products made CTranslate2 5x slower at batch 1 and 2.5x in batches of 64 than one MKL thread.
 """
 from __future__ import annotations
 
@@ -55,23 +59,28 @@ def export(checkpoint: Path, out: Path) -> None:
                    check=True, cwd=ROOT)
 
 
-ENGINES = ("ours", "ours compiled", "ctranslate2", "ours --engine ctranslate2")
+ENGINES = ("ours", "ours compiled", "ours packaged", "ctranslate2", "ctranslate2 MKL_NUM_THREADS=1",
+           "ours --engine ctranslate2")
+SINGLE_MKL = " MKL_NUM_THREADS=1"  # the engine in a process whose MKL runs one thread (see the module docstring)
+COMPILED = ("ours compiled", "ours packaged")  # one sentence at a time, in fp32 only
 
 
 def engine(name: str, precision: str, checkpoint: Path, ct2_dir: Path, threads: int):
-    """A function(sentences, beam, batch) -> outputs for one engine and precision."""
+    """A function(sentences, beam, batch) -> outputs for one engine and precision ("ours packaged": compiled
+    ahead of time into packages in a fresh directory beside the export, built during the warm-up)."""
     if name.startswith("ours"):
         from seq2seq.decoding.translator import Translator
 
+        packages = str(ct2_dir.parent / f"packages-{os.getpid()}") if name == "ours packaged" else None
         translator = Translator.from_checkpoint(checkpoint, device="cpu", precision=precision,
-                                                compile=name == "ours compiled",
+                                                compile=name in COMPILED, compile_cache=packages,
                                                 engine="ctranslate2" if name.endswith("ctranslate2") else "seq2seq")
         return lambda sentences, beam, batch: [t.text for t in translator.translate(
             sentences, beam_size=beam, length_penalty=0.0, batch_size=batch, need_attention=False)]
-    from seq2seq.decoding.ctranslate2 import CTranslate2Translator
+    from seq2seq.decoding.ctranslate2 import CTranslate2Translator  # "ctranslate2" with or without SINGLE_MKL
 
     translator = CTranslate2Translator(ct2_dir, compute_type={"fp32": "float32", "int8": "int8"}[precision],
-                                       intra_threads=threads)
+                                       intra_threads=threads, fastest_threads=False)  # bare: the threads given
     return lambda sentences, beam, batch: translator.translate(sentences, beam_size=beam, length_penalty=0.0,
                                                                batch_size=batch)
 
@@ -96,7 +105,8 @@ def decode_in_process(args: argparse.Namespace, job: dict) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(job), "--checkpoint",
                str(args.checkpoint.resolve()), "--data-dir", str(args.data_dir.resolve()),
                "--threads", str(args.threads)]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    environment = {**os.environ, "MKL_NUM_THREADS": "1"} if job["engine"].endswith(SINGLE_MKL) else None
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=environment)
     if done.returncode:
         raise SystemExit(f"{job['engine']} {job['precision']} beam {job['beam']} batch {job['batch']} failed "
                          f"(exit {done.returncode}):\n{done.stderr[-3000:]}")
@@ -153,7 +163,7 @@ def run(args: argparse.Namespace) -> dict:
             reference_outputs = None
             for precision in ("fp32", "int8"):
                 for name in args.engines:  # back to back, ours first
-                    if name == "ours compiled" and (batch != 1 or precision != "fp32"):
+                    if name in COMPILED and (batch != 1 or precision != "fp32"):
                         continue  # compiled decoding is for one sentence at a time, in fp32
                     job = {"engine": name, "precision": precision, "beam": beam, "batch": batch,
                            "sources": str(source_file), "ct2_dir": str(ct2_dir)}

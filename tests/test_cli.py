@@ -135,6 +135,18 @@ def test_translate_compile_cache_compiles_into_that_directory(checkpoint, monkey
     assert asked == [str(tmp_path / "steps")]
 
 
+
+def test_the_python_api_takes_a_compile_cache_too(checkpoint, monkeypatch, tmp_path):
+    """``Translator.from_checkpoint(..., compile_cache=DIR)`` as ``--compile-cache DIR``: DIR reaches
+    ``compile_decoding`` and the translator keeps it (for a background compile)."""
+    from seq2seq.decoding.translator import Translator
+
+    asked = []
+    monkeypatch.setattr("seq2seq.decoding.translator.compile_decoding",
+                        lambda model, packages=None: asked.append(packages) or False)
+    translator = Translator.from_checkpoint(checkpoint, device="cpu", compile=True, compile_cache=str(tmp_path))
+    assert asked == [str(tmp_path)] and translator.compile_cache == str(tmp_path)
+
 def test_translate_samples_reproducibly_with_a_seed(checkpoint):
     lines = "twenty-one\nseven\n\nthree hundred and five\nninety-nine\n"
     common = ["translate", "--checkpoint", str(checkpoint), "--sample", "--quiet"]

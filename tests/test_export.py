@@ -342,3 +342,36 @@ def test_translate_and_serve_take_the_engine_flag(own_run, tmp_path, sources, ca
                                "--engine", engine, "--beam-size", "1", "--device", "cpu", "--quiet"]) == 0
         outputs[engine] = out.read_text(encoding="utf-8")
     assert outputs["ctranslate2"] == outputs["seq2seq"]  # greedy: no length penalty, no ties on 8 lines
+
+
+@pytest.mark.parametrize("slow_threads, expected", [(2, 1), (1, 2)])
+def test_ctranslate2_decodes_on_the_thread_count_that_is_faster_here(monkeypatch, tiny_tokenizer, slow_threads,
+                                                                      expected):
+    """On a CPU our engine times CTranslate2 on every core and on one with the same forced-length probe and keeps
+    the faster (on some CPUs its multi-threaded products are 5x slower); asked for fixed threads, or given one,
+    it does not probe."""
+    from types import SimpleNamespace
+
+    import time
+
+    from seq2seq.checkpoint import ctranslate2 as conversion
+    from seq2seq.decoding.ctranslate2 import PROBE_STEPS, CTranslate2Search
+
+    calls = []
+
+    class Timed:  # CTranslate2's Translator, slow on ``slow_threads`` threads
+        def __init__(self, path, device, compute_type, inter_threads, intra_threads):
+            self.threads = intra_threads
+
+        def translate_batch(self, batch, beam_size, min_decoding_length, max_decoding_length):
+            calls.append((self.threads, beam_size, min_decoding_length, max_decoding_length))
+            time.sleep(0.02 if self.threads == slow_threads else 0.0)
+
+    monkeypatch.setattr(conversion, "require_ctranslate2", lambda: SimpleNamespace(Translator=Timed))
+    search = CTranslate2Search("ct2", tiny_tokenizer, "cpu", "fp32", threads=2)
+    assert search.threads == expected and search.translator.threads == expected
+    assert sorted(calls) == sorted([(2, 1, PROBE_STEPS, PROBE_STEPS)] * 4 + [(1, 1, PROBE_STEPS, PROBE_STEPS)] * 4)
+    for threads, fastest in ((2, False), (1, True)):
+        calls.clear()
+        search = CTranslate2Search("ct2", tiny_tokenizer, "cpu", "fp32", threads=threads, fastest_threads=fastest)
+        assert search.threads == threads and not calls

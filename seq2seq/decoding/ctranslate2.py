@@ -30,6 +30,7 @@ import json
 import math
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -40,6 +41,8 @@ from ..tokenizer import EOS_ID, Tokenizer
 from .search import Hypothesis, length_penalty_gnmt
 
 ENGINES = ("seq2seq", "ctranslate2", "auto")
+PROBE_SOURCE = "Zwei junge Männer stehen vor einem großen Gebäude und sehen sich eine Karte an."  # any text will do
+PROBE_STEPS = 24  # output steps of the thread-count probe (``CTranslate2Search.fastest``)
 #: CTranslate2's ``compute_type`` for each ``--precision``
 COMPUTE_TYPES = {"fp32": "float32", "int8": "int8", "fp16": "float16", "bf16": "bfloat16"}
 SOURCE_FILE = "source.json"  # in a cached export: the checkpoint it was converted from (path, size, mtime)
@@ -123,23 +126,57 @@ def open_engine(engine: str, loaded: Sequence, device, precision: str, shortlist
 
 class CTranslate2Search:
     """Greedy and beam search by CTranslate2 on an exported model directory (module docstring);
-    called with our token ids, returns our ``Hypothesis`` lists."""
+    called with our token ids, returns our ``Hypothesis`` lists. ``threads`` (0: every core) on a CPU: with
+    ``fastest_threads``, that many or one, whichever decodes a probe faster (``fastest``); ``self.threads``
+    says which."""
 
     name = "ctranslate2"
 
     def __init__(self, model_dir: str | Path, tokenizer: Tokenizer, device: str = "cpu",
-                 precision: str = "fp32", threads: int = 0) -> None:
+                 precision: str = "fp32", threads: int = 0, fastest_threads: bool = True) -> None:
         from ..checkpoint.ctranslate2 import require_ctranslate2
 
         ctranslate2 = require_ctranslate2()
         self.tokenizer = tokenizer
-        try:
-            self.translator = ctranslate2.Translator(str(model_dir), device=device,
-                                                     compute_type=COMPUTE_TYPES[precision], inter_threads=1,
-                                                     intra_threads=threads)
-        except (RuntimeError, ValueError) as exc:  # e.g. a compute type this CPU cannot run
-            raise UserError(f"--engine ctranslate2: CTranslate2 cannot load {model_dir} for --precision {precision} "
-                            f"on {device} ({exc}); try another --precision or --engine seq2seq") from None
+
+        def load(intra_threads: int):
+            try:
+                return ctranslate2.Translator(str(model_dir), device=device, compute_type=COMPUTE_TYPES[precision],
+                                              inter_threads=1, intra_threads=intra_threads)
+            except (RuntimeError, ValueError) as exc:  # e.g. a compute type this CPU cannot run
+                raise UserError(f"--engine ctranslate2: CTranslate2 cannot load {model_dir} for --precision "
+                                f"{precision} on {device} ({exc}); try another --precision or --engine "
+                                "seq2seq") from None
+
+        threads = threads or os.cpu_count() or 1
+        self.translator, self.threads = load(threads), threads
+        if fastest_threads and device == "cpu" and threads > 1:
+            self.translator, self.threads = self.fastest(self.translator, load(1), threads)
+
+    def fastest(self, many, one, threads: int) -> tuple:
+        """Of CTranslate2 on ``threads`` threads (``many``) and on one (``one``), the one that decodes a probe
+        sentence faster, with its thread count (the other is dropped).
+
+        Why measure: on some CPUs CTranslate2's multi-threaded matrix products (Intel MKL) are several times
+        slower than one thread at every batch width (a 2-core Intel Xeon VM, 2026-11-27: 14 against 78
+        sentences/s greedy one at a time, 139 against 328 in batches of 64; bench-results/
+        ctranslate2-2026-11-27-intel-mkl.md), on others two threads are faster; which holds cannot be told
+        from the CPU's name. The probe forces PROBE_STEPS output steps (the same work for both), greedy, one
+        sentence; best of 3 after a warm-up: ~0.1 s where threads help, ~0.5 s where they collapse."""
+        probe = [self.tokenizer.pieces(self.tokenizer.encode(PROBE_SOURCE))]
+        seconds = []
+        for translator in (many, one):
+            best = math.inf
+            for attempt in range(4):  # the first: a warm-up
+                start = time.perf_counter()
+                translator.translate_batch(probe, beam_size=1, min_decoding_length=PROBE_STEPS,
+                                           max_decoding_length=PROBE_STEPS)
+                best = min(best, time.perf_counter() - start) if attempt else best
+            seconds.append(best)
+        choice = (one, 1) if seconds[1] < seconds[0] else (many, threads)
+        log("ctranslate2_threads", threads=choice[1], probe_ms=f"{1e3 * seconds[0]:.1f}/{1e3 * seconds[1]:.1f}",
+            compared=f"{threads}/1")
+        return choice
 
     def __call__(self, sources: Sequence[Sequence[int]], decode: DecodeConfig,
                  prefixes: Sequence[str] | None = None) -> list[list[Hypothesis]]:
@@ -189,10 +226,11 @@ class CTranslate2Translator:
     """Translate text with an exported CTranslate2 model directory and the SentencePiece model
     beside it (``seq2seq export --format ctranslate2``), without our model: our tokenization in,
     our detokenization out, ``CTranslate2Search`` in between. ``translate`` returns one string per
-    sentence; ``length_penalty`` is ours (GNMT), 0 ranks by log-probability."""
+    sentence; ``length_penalty`` is ours (GNMT), 0 ranks by log-probability. ``intra_threads`` (0: every
+    core) and ``fastest_threads`` as ``CTranslate2Search`` takes them (False: exactly ``intra_threads``)."""
 
     def __init__(self, model_dir: str | Path, device: str = "cpu", compute_type: str = "float32",
-                 intra_threads: int = 0) -> None:
+                 intra_threads: int = 0, fastest_threads: bool = True) -> None:
         from ..checkpoint.ctranslate2 import SPM_FILE
 
         model_dir = Path(model_dir)
@@ -201,7 +239,7 @@ class CTranslate2Translator:
                             "seq2seq export --format ctranslate2")
         self.tokenizer = Tokenizer.load(model_dir / SPM_FILE)
         precision = {v: k for k, v in COMPUTE_TYPES.items()}.get(compute_type, "fp32")
-        self.search = CTranslate2Search(model_dir, self.tokenizer, device, precision, intra_threads)
+        self.search = CTranslate2Search(model_dir, self.tokenizer, device, precision, intra_threads, fastest_threads)
         self.translator = self.search.translator
 
     def translate(self, sentences: Sequence[str], beam_size: int = 5, length_penalty: float = 0.0,

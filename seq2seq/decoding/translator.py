@@ -82,7 +82,7 @@ class Translator:
                         precision: str = "fp32", shortlist: str | Path | None = None,
                         compile: bool | None = False,
                         shortlist_sizes: tuple[int | None, int | None] | None = None,
-                        engine: str = "seq2seq") -> "Translator":
+                        engine: str = "seq2seq", compile_cache: str | None = None) -> "Translator":
         """A checkpoint file or run directory; a list of them is ``from_checkpoints`` (an ensemble).
 
         ``precision`` fp16 / bf16 stores the weights and runs decoding in half precision: it
@@ -100,10 +100,10 @@ class Translator:
         ``shortlist``: a file written by ``seq2seq shortlist`` (training writes the run's
         ``shortlist.npz``), or "auto" for the one next to the checkpoint; ``shortlist_sizes``
         (translations per source token, frequent tokens; None keeps the file's) resizes it.
-        ``compile`` and ``engine``: see ``from_checkpoints``."""
+        ``compile``, ``compile_cache`` and ``engine``: see ``from_checkpoints``."""
         paths = [path] if isinstance(path, (str, Path, LoadedCheckpoint)) else list(path)
         return cls.from_checkpoints(paths, device, max_input_tokens, precision, shortlist, compile, shortlist_sizes,
-                                    engine)
+                                    engine, compile_cache)
 
     @classmethod
     def from_checkpoints(cls, paths: Sequence[str | Path | LoadedCheckpoint], device: str = "auto",
