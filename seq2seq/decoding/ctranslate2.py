@@ -158,11 +158,10 @@ class CTranslate2Search:
         sentence faster, with its thread count (the other is dropped).
 
         Why measure: on some CPUs CTranslate2's multi-threaded matrix products (Intel MKL) are several times
-        slower than one thread at every batch width (a 2-core Intel Xeon VM, 2026-11-27: 14 against 78
-        sentences/s greedy one at a time, 139 against 328 in batches of 64; bench-results/
-        ctranslate2-2026-11-27-intel-mkl.md), on others two threads are faster; which holds cannot be told
-        from the CPU's name. The probe forces PROBE_STEPS output steps (the same work for both), greedy, one
-        sentence; best of 3 after a warm-up: ~0.1 s where threads help, ~0.5 s where they collapse."""
+        slower than one thread at every batch width (a 2-core Intel Xeon VM: docs/guides/deploying.md,
+        bench-results/ctranslate2-2026-11-27-intel-mkl.md), on others more threads are faster; which holds
+        cannot be told from the CPU's name. The probe forces PROBE_STEPS output steps (the same work for
+        both), greedy, one sentence; best of 3 after a warm-up (a fraction of a second)."""
         probe = [self.tokenizer.pieces(self.tokenizer.encode(PROBE_SOURCE))]
         seconds = []
         for translator in (many, one):
