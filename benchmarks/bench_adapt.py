@@ -3,14 +3,15 @@ gold word alignments (from the repository root):
 
     python benchmarks/bench_adapt.py --checkpoint RUN --backward-checkpoint RUN_EN_DE --data-dir MULTI30K
         [--gold examples/gold-alignments/multi30k-val-de-en.100.align] [--steps 0 50 100 200] [--lr 3e-4 1e-4]
-        [--out FILE.json]
+        [--pairs N] [--adapt-pairs K ...] [--out FILE.json]
 
-For each (steps, learning rate): the forward model and, with ``--backward-checkpoint``, the backward one are
-adapted to the gold pairs (the first lines of ``--gold-split``, val; ``--pairs N``: the first N lines, the gold
-pairs among them) by ``steps`` updates of the translation
-loss alone, and the links ``seq2seq align`` reads (the supervised heads, ``--align-method`` grow 0.2) are
-scored: forward alone and both directions by agreement (``BackwardAligner``). Steps 0 is the model as trained.
-Also the seconds each adaptation took on this machine (CPU model in the record). ``--out``: JSON + md.
+For each (steps, learning rate, pairs per copy): the forward model and, with ``--backward-checkpoint``, the
+backward one are adapted to the gold pairs (the first lines of ``--gold-split``, val; ``--pairs N``: the first N
+lines, the gold pairs among them; ``--adapt-pairs K``: a copy per piece of K consecutive pairs, as ``align
+--adapt-pairs``) by ``steps`` updates of the translation loss alone, and the links ``seq2seq align`` reads (the
+supervised heads, ``--align-method`` grow 0.2) are scored: forward alone and both directions by agreement
+(``BackwardAligner``). Steps 0 is the model as trained. Also the seconds each adaptation took on this machine
+(CPU model in the record). ``--out``: JSON + md.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from seq2seq.alignment.links import alignment_error_rate, read_gold_alignments
 from seq2seq.config import ADAPT_LR
 from seq2seq.decoding.forced_alignment import force_align
 from seq2seq.io_utils import markdown_table, read_lines
+from seq2seq.training.adapt import pieces
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -38,17 +40,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gold-split", default="val")
     parser.add_argument("--steps", type=int, nargs="+", default=[0, 50, 100, 200])
     parser.add_argument("--lr", type=float, nargs="+", default=[ADAPT_LR])
+    parser.add_argument("--adapt-pairs", type=int, nargs="+", default=[0],
+                        help="a copy adapted to each piece of this many consecutive pairs, as align --adapt-pairs "
+                             "(0, the default: one copy for all --pairs)")
     parser.add_argument("--pairs", type=int, default=0,
                         help="adapt to the first N pairs of --gold-split (at least the gold's; default: the gold's)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "adapt" / "adapt.json")
     return parser.parse_args(argv)
-
-
-def score(translator: Translator, sources: list[str], targets: list[str], sure, possible) -> dict:
-    """AER of the links ``seq2seq align`` reads by default (a guided model's supervised heads)."""
-    links = force_align(translator, sources, targets, *default_alignment(translator))
-    return vars(alignment_error_rate(links, sure, possible))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,28 +64,37 @@ def main(argv: list[str] | None = None) -> int:
                 if args.backward_checkpoint else None)
     record = {**provenance("adapt"), "pairs": count, "adapted_pairs": pairs, "results": []}
     rows = []
-    for steps, lr in itertools.product(args.steps, args.lr):
-        if steps == 0 and lr != args.lr[0]:
+    for steps, lr, size in itertools.product(args.steps, args.lr, args.adapt_pairs):
+        if steps == 0 and (lr, size) != (args.lr[0], args.adapt_pairs[0]):
             continue  # the unadapted model once
-        started = time.perf_counter()
-        fw = adapt(forward, sources, targets, steps, lr)
-        entry = {"steps": steps, "lr": lr, "forward_s": round(time.perf_counter() - started, 1),
-                 "forward": score(fw, sources[:count], targets[:count], sure, possible)}
-        if backward is not None:
+        forward_links, agreement_links, seconds = [], [], {"forward_s": 0.0, "backward_s": 0.0}
+        for piece in pieces(pairs, size) if steps else [range(count)]:
+            if piece.start >= count:
+                break  # the gold pairs are aligned: the later pieces are not scored
+            src, tgt = sources[piece.start:piece.stop], targets[piece.start:piece.stop]
             started = time.perf_counter()
-            bw = adapt(backward, targets, sources, steps, lr)
-            entry["backward_s"] = round(time.perf_counter() - started, 1)
-            links = BackwardAligner(fw, bw).aligned(sources[:count], targets[:count])
-            entry["agreement"] = vars(alignment_error_rate(links, sure, possible))
+            fw = adapt(forward, src, tgt, steps, lr)
+            seconds["forward_s"] += time.perf_counter() - started
+            forward_links += force_align(fw, src, tgt, *default_alignment(fw))
+            if backward is not None:
+                started = time.perf_counter()
+                bw = adapt(backward, tgt, src, steps, lr)
+                seconds["backward_s"] += time.perf_counter() - started
+                agreement_links += BackwardAligner(fw, bw).aligned(src, tgt)
+        entry = {"steps": steps, "lr": lr, "adapt_pairs": size, **{k: round(v, 1) for k, v in seconds.items()},
+                 "forward": vars(alignment_error_rate(forward_links[:count], sure, possible))}
+        if backward is not None:
+            entry["agreement"] = vars(alignment_error_rate(agreement_links[:count], sure, possible))
         record["results"].append(entry)
-        rows.append([steps, lr if steps else "", f"{entry['forward']['aer']:.4f}",
+        rows.append([steps, lr if steps else "", size or pairs if steps else "", f"{entry['forward']['aer']:.4f}",
                      f"{entry['agreement']['aer']:.4f}" if "agreement" in entry else "",
-                     round(entry["forward_s"] + entry.get("backward_s", 0), 1)])
-        print(f"steps {steps} lr {lr}: forward {entry['forward']['aer']:.4f}"
+                     round(entry["forward_s"] + entry["backward_s"], 1)])
+        print(f"steps {steps} lr {lr} pieces of {size or pairs}: forward {entry['forward']['aer']:.4f}"
               + (f" agreement {entry['agreement']['aer']:.4f}" if "agreement" in entry else ""), flush=True)
-        table = (f"AER on {count} gold pairs ({args.gold_split}) after adapting to the first {pairs}; "
-                 f"{record['machine'].get('cpu', '')}\n\n"
-                 + markdown_table(["steps", "lr", "forward AER", "agreement AER", "adapting s (both)"], rows))
+        table = (f"AER on {count} gold pairs ({args.gold_split}) after adapting to the first {pairs} (a copy per "
+                 f"piece of consecutive pairs); {record['machine'].get('cpu', '')}\n\n"
+                 + markdown_table(["steps", "lr", "pairs per copy", "forward AER", "agreement AER",
+                                   "adapting s (both, gold pieces)"], rows))
         write_record(args.out, record, table)
     return 0
 

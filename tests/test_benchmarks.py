@@ -523,11 +523,13 @@ def test_adapt_benchmark_scores_each_adaptation_forward_and_by_agreement(tmp_pat
     out = tmp_path / "adapt.json"
     script("bench_adapt.py", "--checkpoint", str(checkpoint), "--backward-checkpoint",
            str(reversed_checkpoint(checkpoint, tmp_path / "backward.pt")), "--data-dir", str(tmp_path), "--src", "en",
-           "--tgt", "de", "--gold", str(gold), "--steps", "0", "2", "--lr", "1e-3", "3e-3", "--out", str(out),
-           cwd=tmp_path)
+           "--tgt", "de", "--gold", str(gold), "--steps", "0", "2", "--lr", "1e-3", "3e-3", "--adapt-pairs", "0", "3",
+           "--out", str(out), cwd=tmp_path)
     record = check_record(out, "adapt")
-    assert [(r["steps"], r["lr"]) for r in record["results"]] == [(0, 1e-3), (2, 1e-3), (2, 3e-3)]
+    assert [(r["steps"], r["lr"], r["adapt_pairs"]) for r in record["results"]] == [
+        (0, 1e-3, 0), (2, 1e-3, 0), (2, 1e-3, 3), (2, 3e-3, 0), (2, 3e-3, 3)]
     for result in record["results"]:
         assert 0 <= result["forward"]["aer"] <= 1 and 0 <= result["agreement"]["aer"] <= 1
-        assert result["forward"]["sentences"] == 4
-    assert "| 2 | 0.003 |" in out.with_suffix(".md").read_text()
+        assert result["forward"]["sentences"] == 4  # in pieces of 3: the second piece's pair scored too
+    table = out.with_suffix(".md").read_text()
+    assert "| 2 | 0.003 | 4 |" in table and "| 2 | 0.003 | 3 |" in table

@@ -10,7 +10,7 @@ See ``seq2seq/jobs/align.py`` for how the target is force-decoded and links are 
 from __future__ import annotations
 
 from ..errors import UserError
-from ..config import ADAPT_LR, LINK_METHODS, MODEL_SYMMETRIZATION, MODEL_SYMMETRIZATIONS
+from ..config import ADAPT_LR, ADAPT_PAIRS, LINK_METHODS, MODEL_SYMMETRIZATION, MODEL_SYMMETRIZATIONS
 from .common import DeprecatedAlias, add_alignment_flags, add_device_flag, align_config, job_config, parser_for, run_cli
 
 
@@ -38,15 +38,19 @@ def parse_args(argv: list[str] | None):
                         "(default: 0, off)")
     p.add_argument("--adapt-lr", type=float, default=ADAPT_LR,
                    help=f"learning rate of --adapt-steps (default: {ADAPT_LR})")
+    p.add_argument("--adapt-pairs", type=int, default=ADAPT_PAIRS,
+                   help="with --adapt-steps: adapt a copy of each model to every this many consecutive pairs, "
+                        "--adapt-steps updates each (the cost grows with the pairs; 0: one copy for all pairs) "
+                        f"(default: {ADAPT_PAIRS})")
     p.add_argument("--batch-size", type=int, default=32, help="sentence pairs per forward pass (default: 32)")
     add_device_flag(p)
     args = p.parse_args(argv)
     args.align = align_config(args)
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be positive, got {args.batch_size}")
-    if args.adapt_steps < 0 or args.adapt_lr <= 0:
-        raise UserError(f"--adapt-steps must be >= 0 and --adapt-lr positive, got {args.adapt_steps} and "
-                        f"{args.adapt_lr}")
+    if args.adapt_steps < 0 or args.adapt_lr <= 0 or args.adapt_pairs < 0:
+        raise UserError(f"--adapt-steps and --adapt-pairs must be >= 0 and --adapt-lr positive, got "
+                        f"{args.adapt_steps}, {args.adapt_pairs} and {args.adapt_lr}")
     return args
 
 

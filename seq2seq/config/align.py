@@ -164,3 +164,6 @@ MARKUP_SYMMETRIZATION = "grow-diag-final-and"
 #: Adapting a model to the pairs it aligns (``training.adapt``, ``align --adapt-steps``): the learning rate
 #: chosen on the val gold (bench-results/alignment-2026-11-27-adapt)
 ADAPT_LR = 3e-4
+#: ... and how many consecutive pairs each adapted copy is fitted to (``align --adapt-pairs``): the gain comes
+#: from fitting few pairs many times (docs/guides/alignments.md, adapting to the pairs)
+ADAPT_PAIRS = 100

@@ -28,9 +28,11 @@ from .translator import Translator
 
 def force_align_words(translator: Translator, sources: Sequence[str], targets: Sequence[str],
                       layer: int | str = AlignConfig.layer, heads: str | list[int] = AlignConfig.heads,
-                      batch_size: int = 32, names: tuple[str, str] = ("source", "target")) -> list[np.ndarray]:
+                      batch_size: int = 32, names: tuple[str, str] = ("source", "target"),
+                      first_line: int = 1) -> list[np.ndarray]:
     """Word-level ``(target words, source words)`` attention of each sentence pair (EOS dropped), from a
-    teacher-forced pass over the given targets. ``names`` label the files in warnings."""
+    teacher-forced pass over the given targets. ``names`` label the files in warnings, where ``sources[0]`` is
+    line ``first_line``."""
     tok = translator.tokenizer
     src_ids = [tok.encode(s) + [EOS_ID] for s in sources]
     tgt_ids = [tok.encode(t) for t in targets]
@@ -43,7 +45,7 @@ def force_align_words(translator: Translator, sources: Sequence[str], targets: S
         src_pieces, tgt_pieces = tok.pieces(src_ids[i][:-1]), tok.pieces(tgt_ids[i])
         for name, pieces, text in ((names[0], src_pieces, sources[i]), (names[1], tgt_pieces, targets[i])):
             if len(words_from_pieces(pieces)) != len(text.split()):
-                LOGGER.warning(f"warning: {name} line {i + 1}: {len(text.split())} whitespace words but "
+                LOGGER.warning(f"warning: {name} line {first_line + i}: {len(text.split())} whitespace words but "
                                f"{len(words_from_pieces(pieces))} after tokenization; word indices may be off")
         words[i] = AlignmentRecord.build(i, sources[i], targets[i], src_pieces, tgt_pieces, attn,
                                          layer=layer, heads=heads).words

@@ -35,11 +35,11 @@ from ..alignment.links import AlignmentScores, alignment_error_rate, extract_lin
 from ..alignment.matrices import Link, check_layer_heads
 from ..decoding.forced_alignment import BackwardAligner, force_align_words
 from ..decoding.translator import Translator
-from ..config import ADAPT_LR, MODEL_SYMMETRIZATION, AlignConfig
+from ..config import ADAPT_LR, ADAPT_PAIRS, MODEL_SYMMETRIZATION, AlignConfig
 from ..errors import UserError
 from ..io_utils import atomic_output, markdown_table, read_parallel
 from ..runtime import LOGGER
-from ..training.adapt import adapt
+from ..training.adapt import adapt, pieces
 
 
 @dataclass
@@ -58,6 +58,7 @@ class AlignJob:
     device: str = "auto"
     adapt_steps: int = 0  # fine-tune each model on the pairs first (``training.adapt``)
     adapt_lr: float = ADAPT_LR
+    adapt_pairs: int = ADAPT_PAIRS  # a copy adapted to each this many consecutive pairs (0: one for all)
     align: AlignConfig = field(default_factory=AlignConfig)
 
 
@@ -88,17 +89,13 @@ def evaluate(job: AlignJob) -> dict[str, AlignmentScores]:
         backward = Translator.from_checkpoint(job.backward_checkpoint, device=job.device)
         if job.adapt_steps:  # its checks (direction, layer, heads) before a minute of adapting
             BackwardAligner(forward, backward, job.align, batch_size=job.batch_size)
-        backward = adapt(backward, targets, sources, job.adapt_steps, job.adapt_lr)
-    forward = adapt(forward, sources, targets, job.adapt_steps, job.adapt_lr)
-    words = force_align_words(forward, sources, targets, layer, heads, job.batch_size,
-                              names=(f"--source {job.source}", f"--target {job.target}"))
-    systems = {"forward": [extract_links(m, job.align.method, job.align.threshold) for m in words]}
-    if backward is not None:
-        aligner = BackwardAligner(forward, backward, job.align, batch_size=job.batch_size)
-        back_words = aligner.backward_words(sources, targets)
-        for rule in ("backward", "intersection", "grow-diag-final", "grow-diag-final-and", "agreement"):
-            systems[rule] = [aligner.combined(f, m, b, rule=rule)
-                             for f, m, b in zip(systems["forward"], words, back_words)]
+    systems: dict[str, list[set[Link]]] = {}
+    for piece in pieces(len(sources), job.adapt_pairs) if job.adapt_steps else [range(len(sources))]:
+        src, tgt = sources[piece.start:piece.stop], targets[piece.start:piece.stop]
+        adapted = adapt(forward, src, tgt, job.adapt_steps, job.adapt_lr)
+        adapted_backward = adapt(backward, tgt, src, job.adapt_steps, job.adapt_lr) if backward else None
+        for name, links in _links(job, adapted, adapted_backward, src, tgt, layer, heads, piece.start).items():
+            systems.setdefault(name, []).extend(links)
     if job.output:
         with atomic_output(job.output) as out:
             out.writelines(to_pharaoh(links) + "\n" for links in systems[chosen])
@@ -110,6 +107,22 @@ def evaluate(job: AlignJob) -> dict[str, AlignmentScores]:
     if job.json:
         print(json.dumps({name: vars(s) for name, s in scores.items()}))
     return scores
+
+
+def _links(job: AlignJob, forward: Translator, backward: Translator | None, sources: list[str], targets: list[str],
+           layer, heads, first: int) -> dict[str, list[set[Link]]]:
+    """The links of every direction for these pairs (lines ``first`` + 1 on of the files): forward, and with a
+    backward model backward and each symmetrization."""
+    words = force_align_words(forward, sources, targets, layer, heads, job.batch_size,
+                              names=(f"--source {job.source}", f"--target {job.target}"), first_line=first + 1)
+    systems = {"forward": [extract_links(m, job.align.method, job.align.threshold) for m in words]}
+    if backward is not None:
+        aligner = BackwardAligner(forward, backward, job.align, batch_size=job.batch_size)
+        back_words = aligner.backward_words(sources, targets)
+        for rule in ("backward", "intersection", "grow-diag-final", "grow-diag-final-and", "agreement"):
+            systems[rule] = [aligner.combined(f, m, b, rule=rule)
+                             for f, m, b in zip(systems["forward"], words, back_words)]
+    return systems
 
 
 def score_table(scores: dict[str, AlignmentScores], chosen: str) -> str:

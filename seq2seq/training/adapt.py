@@ -35,6 +35,13 @@ from .optim import sequence_loss
 ADAPT_MAX_TOKENS = 3000  # the CPU presets' batch
 
 
+def pieces(count: int, size: int) -> list[range]:
+    """The consecutive pieces of at most ``size`` of ``count`` pairs (``size`` 0: all in one) that ``align
+    --adapt-pairs`` adapts a copy of the model to, one after the other."""
+    size = size or count
+    return [range(start, min(start + size, count)) for start in range(0, count, size)] or [range(0)]
+
+
 def adapt(translator: Translator, sources: Sequence[str], targets: Sequence[str], steps: int,
           lr: float = ADAPT_LR, max_tokens: int = ADAPT_MAX_TOKENS, label_smoothing: float = 0.1,
           seed: int = 1) -> Translator:
