@@ -33,9 +33,9 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--output", help="write the chosen links here as Pharaoh lines (atomically)")
     p.add_argument("--json", action="store_true", help="also print the scores as one JSON line")
     p.add_argument("--adapt-steps", type=int, default=0,
-                   help="first fine-tune each model on the given pairs for this many updates (translation loss "
-                        "only; about half a second each on 2 CPU cores; 100 was best on the val gold) "
-                        "(default: 0, off)")
+                   help="first fine-tune a copy of each model on each --adapt-pairs of the given pairs for this "
+                        "many updates (translation loss only; about half a second each on 2 CPU cores; 100 was "
+                        "best on the val gold) (default: 0, off)")
     p.add_argument("--adapt-lr", type=float, default=ADAPT_LR,
                    help=f"learning rate of --adapt-steps (default: {ADAPT_LR})")
     p.add_argument("--adapt-pairs", type=int, default=ADAPT_PAIRS,
