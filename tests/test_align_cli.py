@@ -319,7 +319,7 @@ def test_align_adapts_a_copy_to_each_piece_of_pairs(checkpoint, gold_files, tmp_
     from seq2seq.training.adapt import pieces
 
     assert pieces(250, 100) == [range(0, 100), range(100, 200), range(200, 250)]
-    assert pieces(3, 0) == [range(0, 3)] and pieces(3, 5) == [range(0, 3)]
+    assert pieces(3, 0) == [range(0, 3)] and pieces(3, 5) == [range(0, 3)] and pieces(0, 0) == [range(0)]
     links = tmp_path / "links.txt"
     argv = ["--checkpoint", str(checkpoint), "--source", str(gold_files["src"]), "--target", str(gold_files["tgt"]),
             "--device", "cpu", "--align-method", "argmax", "--adapt-steps", "3", "--adapt-lr", "3e-3"]

@@ -20,7 +20,8 @@ of ``--symmetrize`` (default: agreement with a backward model, else forward) are
 
 Without ``--gold`` nothing is scored: the links of ``--symmetrize`` go to ``--output`` (a corpus aligner).
 With ``--adapt-steps N`` each model is first fine-tuned on the pairs themselves (``training.adapt``: the
-translation loss only, N updates), as a word aligner estimates its tables on the corpus it aligns.
+translation loss only, N updates), as a word aligner estimates its tables on the corpus it aligns: a fresh copy
+for each ``--adapt-pairs`` consecutive pairs (``training.adapt.pieces``), whose links come from that copy.
 
 Gold file: one line per sentence, 0-based ``i-j`` (or ``i-j-S``) sure links, ``i?j`` (or
 ``i-j-P``) possible links.

@@ -38,7 +38,7 @@ ADAPT_MAX_TOKENS = 3000  # the CPU presets' batch
 def pieces(count: int, size: int) -> list[range]:
     """The consecutive pieces of at most ``size`` of ``count`` pairs (``size`` 0: all in one) that ``align
     --adapt-pairs`` adapts a copy of the model to, one after the other."""
-    size = size or count
+    size = size or count or 1
     return [range(start, min(start + size, count)) for start in range(0, count, size)] or [range(0)]
 
 
