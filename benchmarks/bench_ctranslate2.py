@@ -27,8 +27,8 @@ CTranslate2's and PyTorch's thread pools in one process slow each other down by 
 (their idle threads spin), which made an earlier record of this benchmark (2026-11-26, 08:01) wrong.
 Both engines use every core (torch threads; CTranslate2 intra_threads, one translator). "ctranslate2
 MKL_NUM_THREADS=1" is CTranslate2 in a process with that variable set: its matrix products (Intel MKL) on one
-thread, its other operations still on intra_threads. On a 2-core Intel Xeon VM (2026-11-27) MKL's two-thread
-products made CTranslate2 5x slower at batch 1 and 2.5x in batches of 64 than one MKL thread.
+thread, its other operations still on intra_threads (on a 2-core Intel Xeon VM MKL's two-thread products made
+CTranslate2 several times slower: bench-results/ctranslate2-2026-11-27-intel-mkl.md).
 """
 from __future__ import annotations
 
