@@ -137,7 +137,8 @@ def test_same_seed_same_samples_whatever_the_batch_and_different_seeds_differ(mo
         alone = sample_search(model, *single(src, mask, i), Sampling(seed=7, **hot), n_samples=3,
                               sentence_ids=[i], need_attention=False)[0]
         assert [h.tokens for h in alone] == tokens[i]
-        assert [h.log_prob for h in alone] == pytest.approx([h.log_prob for h in first[i]], abs=1e-5)
+        # fp32 sums of ~40 log-probabilities in another batch: relative error ~1e-7 (AMX kernels: 1.9e-7 at -81)
+        assert [h.log_prob for h in alone] == pytest.approx([h.log_prob for h in first[i]], rel=2e-6, abs=1e-5)
     one = sample_search(model, src, mask, Sampling(seed=7, **hot), n_samples=1, need_attention=False)
     for (h,), samples in zip(one, tokens):  # sample 0 of n is the sample of n = 1
         assert h.tokens in samples
