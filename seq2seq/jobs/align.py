@@ -94,7 +94,7 @@ def evaluate(job: AlignJob) -> dict[str, AlignmentScores]:
     for piece in pieces(len(sources), job.adapt_pairs) if job.adapt_steps else [range(len(sources))]:
         src, tgt = sources[piece.start:piece.stop], targets[piece.start:piece.stop]
         adapted = adapt(forward, src, tgt, job.adapt_steps, job.adapt_lr)
-        adapted_backward = adapt(backward, tgt, src, job.adapt_steps, job.adapt_lr) if backward else None
+        adapted_backward = adapt(backward, tgt, src, job.adapt_steps, job.adapt_lr) if backward is not None else None
         for name, links in _links(job, adapted, adapted_backward, src, tgt, layer, heads, piece.start).items():
             systems.setdefault(name, []).extend(links)
     if job.output:
