@@ -175,7 +175,7 @@ def test_stop_requests_install_nothing_in_one_process_and_agree_is_the_identity(
     with distributed.StopRequests() as requests:
         assert signal.getsignal(signal.SIGINT) is before  # Ctrl-C still raises KeyboardInterrupt
         assert not requests.requested
-    assert distributed.agree([True, False]) == [True, False]
+    assert distributed.agree([True, False], 5.0) == ([True, False], 5.0)
 
 
 def test_training_reads_the_loss_from_the_device_only_on_log_steps(tmp_path, monkeypatch):

@@ -57,9 +57,10 @@ class TrainConfig:
     lr: float = option(1e-3, "peak learning rate")
     weight_decay: float = option(0.0, "AdamW weight decay")
     betas: tuple[float, float] | None = option(None, "Adam betas B1 B2")
-    schedule: Literal["auto", "inverse-sqrt", "plateau", "constant"] | None = option(
-        None, "learning-rate schedule (auto: the architecture's)")
-    warmup_steps: int | None = option(None, "inverse-sqrt: steps of linear warmup")
+    schedule: Literal["auto", "inverse-sqrt", "linear", "plateau", "constant"] | None = option(
+        None, "learning-rate schedule (auto: the architecture's; linear: warmup, then down to 0 at the end of "
+              "--max-steps / --max-minutes)")
+    warmup_steps: int | None = option(None, "inverse-sqrt and linear: steps of linear warmup")
     plateau_patience: int = option(2, "plateau: evaluations without validation-loss improvement before decay")
     plateau_factor: float = option(0.5, "plateau: learning-rate factor at each decay")
     label_smoothing: float = option(0.1, "label smoothing epsilon")

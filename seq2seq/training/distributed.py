@@ -216,11 +216,13 @@ class StopRequests:
         self._previous.clear()
 
 
-def agree(flags: list[bool]) -> list[bool]:
-    """For each position, whether any rank's flag is set (one small all-reduce; identity alone)."""
+def agree(flags: list[bool], clock: float = 0.0) -> tuple[list[bool], float]:
+    """For each position, whether any rank's flag is set, and rank 0's ``clock`` (one small all-reduce;
+    identity alone)."""
     if not is_distributed():
-        return [bool(flag) for flag in flags]
-    return [total > 0 for total in all_reduce_sum([float(bool(flag)) for flag in flags])]
+        return [bool(flag) for flag in flags], clock
+    *totals, main_clock = all_reduce_sum([float(bool(flag)) for flag in flags] + [clock if is_main() else 0.0])
+    return [total > 0 for total in totals], main_clock
 
 
 @contextmanager

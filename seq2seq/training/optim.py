@@ -1,9 +1,10 @@
 """The optimizer, the learning-rate schedule and the training loss of a run: Adam/AdamW; warmup +
-inverse square root for the Transformer, plateau decay (on validation loss) for the RNN;
-label-smoothed cross-entropy over target tokens."""
+inverse square root for the Transformer, plateau decay (on validation loss) for the RNN, or warmup + a
+linear decay to zero at the end of the run's budget; label-smoothed cross-entropy over target tokens."""
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 
@@ -39,14 +40,36 @@ def build_optimizer(model: torch.nn.Module, cfg: RunConfig) -> torch.optim.Optim
     )
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, cfg: RunConfig):
-    """inverse-sqrt: lr(t) = lr * min(t / warmup, sqrt(warmup / t)); plateau: halve on no
-    validation-loss improvement for ``plateau_patience`` evaluations; constant."""
+def budget_used(step: int, seconds: float, cfg: RunConfig) -> float:
+    """The share of the run's budget spent after ``step`` updates and ``seconds`` of its clock: the larger
+    of step / ``max_steps`` and seconds / ``max_minutes`` (those set), at most 1."""
+    tc = cfg.train
+    shares = [step / tc.max_steps] if tc.max_steps else []
+    shares += [seconds / (60 * tc.max_minutes)] if tc.max_minutes else []
+    return min(1.0, max(shares))
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: RunConfig, clock: Callable[[], float] = lambda: 0.0):
+    """inverse-sqrt: lr(t) = lr * min(t / warmup, sqrt(warmup / t)); linear: lr(t) = lr * min(t / warmup, 1)
+    * (1 - budget used), zero where the budget (``max_steps`` and/or ``max_minutes`` of the run's
+    ``clock``, in seconds: whichever ends first) ends (``budget_used``); plateau: halve on no
+    validation-loss improvement for ``plateau_patience`` evaluations; constant.
+
+    Linear decay to zero is the schedule that trains best for a fixed budget (Li et al. 2020, "Budgeted
+    training"): the rate stays high while the model moves far, and the last updates settle it. With a
+    time budget the rate at each update follows the clock, so two runs differ as their speeds do."""
     kind = schedule_kind(cfg)
+    warmup = max(1, cfg.train.warmup_steps or 0)
     if kind == "inverse-sqrt":
-        warmup = max(1, cfg.train.warmup_steps)
         return torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: min((step + 1) / warmup, math.sqrt(warmup / (step + 1)))
+        )
+    if kind == "linear":
+        if not (cfg.train.max_steps or cfg.train.max_minutes):
+            raise UserError("--schedule linear decays to zero at the end of the run's budget: give --max-steps "
+                            "and/or --max-minutes (or choose --schedule inverse-sqrt)")
+        return torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: min((step + 1) / warmup, 1.0) * (1.0 - budget_used(step, clock(), cfg))
         )
     if kind == "plateau":
         return torch.optim.lr_scheduler.ReduceLROnPlateau(
@@ -54,7 +77,7 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: RunConfig):
         )
     if kind == "constant":
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    raise UserError(f"--schedule must be auto, inverse-sqrt, plateau or constant, got {kind!r}")
+    raise UserError(f"--schedule must be auto, inverse-sqrt, linear, plateau or constant, got {kind!r}")
 
 
 def sequence_loss(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0,

@@ -1,7 +1,7 @@
 """The training loop, shared by every architecture.
 
 Adam/AdamW; warmup + inverse-sqrt schedule for the Transformer, plateau decay (on validation loss)
-for the RNN; label-smoothed cross-entropy over target tokens, plus optional attention terms: with
+for the RNN, or warmup + linear decay to zero at the end of the budget; label-smoothed cross-entropy over target tokens, plus optional attention terms: with
 ``--guided-alignment`` an alignment loss on one layer's cross-attention (``guided.py``), and a
 cross-attention entropy penalty (``attention_entropy.py``); gradient clipping and accumulation;
 autocast precision; validation loss and BLEU every ``eval_every`` steps and/or every
@@ -112,7 +112,8 @@ class Trainer:
                                               self.model.attention_layers)
         self.attention_entropy: torch.Tensor | None = None  # of the last step, per target token (this rank)
         self.optimizer = build_optimizer(self.model, cfg)  # fused on CUDA: no host sync, even with fp16
-        self.scheduler = build_scheduler(self.optimizer, cfg)
+        self._schedule_clock = 0.0  # rank 0's clock after the last step: what a time budget's schedule reads
+        self.scheduler = build_scheduler(self.optimizer, cfg, clock=lambda: self._schedule_clock)
         self.precision = resolve_precision(self.device, cfg.train.precision)  # auto: this hardware's choice
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16")
         self.progress = Progress(world_size=self.world)
@@ -200,6 +201,7 @@ class Trainer:
         self._scale = self.scaler.get_scale()
         self.progress = Progress(**payload["progress"])
         self.progress.stopped = ""
+        self._schedule_clock = self.progress.elapsed
         self._validated_slot = decisions.clock_slot(self.progress.elapsed, self.cfg.train)
         self._restore_rng(payload)
         self._reshard_position()
@@ -389,11 +391,12 @@ class Trainer:
 
     def _should_stop(self) -> bool:
         p, tc = self.progress, self.cfg.train
-        # rank 0's clock decides the time limits; a stop request on any rank stops all (StopRequests)
-        out_of_time, interrupted, save_due, eval_due = distributed.agree(
+        # rank 0's clock decides the time limits and the schedule's budget; a stop request on any rank stops
+        # all (StopRequests)
+        (out_of_time, interrupted, save_due, eval_due), self._schedule_clock = distributed.agree(
             [self.main and decisions.out_of_time(p.elapsed, tc), self._stop_requests.requested,
              self.main and decisions.save_due_by_clock(time.time() - self._saved_at, tc),
-             self.main and decisions.validation_due_by_clock(p.elapsed, tc, self._validated_slot)])
+             self.main and decisions.validation_due_by_clock(p.elapsed, tc, self._validated_slot)], p.elapsed)
         p.stopped = decisions.stop_reason(p, tc, out_of_time, interrupted)
         if interrupted:
             self._stop_requests.requested = True
