@@ -15,6 +15,7 @@ import seq2seq.training.trainer as trainer_module
 from seq2seq.checkpoint.file import load_checkpoint
 from seq2seq.cli import config_from_flags
 from seq2seq.config import RunConfig
+from seq2seq.errors import UserError
 from seq2seq.training.run import train
 from seq2seq.training.trainer import Trainer
 
@@ -68,6 +69,63 @@ def test_plateau_halves_the_rate_after_patience_evaluations_without_improvement(
           quiet=True)
     rates = {r["step"]: r["lr"] for r in records(run, "train")}  # logged before the step's validation
     assert [rates[s] / 1e-7 for s in (1, 8, 9, 14, 15, 16)] == pytest.approx([1, 1, 0.5, 0.5, 0.25, 0.25])
+
+
+def test_linear_decays_to_zero_at_the_step_budget(tmp_path):
+    """--schedule linear (docs/guides/training.md): step t (1-based) runs at lr * min(t / warmup, 1) *
+    (1 - (t - 1) / max_steps): the last step at 1 / max_steps of the peak, the rate after it 0."""
+    run = tmp_path / "run"
+    train(tiny(run, max_steps=20, warmup_steps=5, lr=3e-3, schedule="linear"), quiet=True)
+    rates = [r["lr"] for r in records(run, "train")]  # the line logged after step k shows the rate of step k + 1
+    assert rates == pytest.approx([3e-3 * min((k + 1) / 5, 1) * (1 - k / 20) for k in range(1, 21)], abs=1e-12)
+    assert rates[3] == pytest.approx(3e-3 * 0.8) and rates[-1] == 0.0  # step 5: the peak less 4 steps of 20
+
+
+def test_linear_follows_the_run_clock_across_a_resume(tmp_path, monkeypatch):
+    """With --max-minutes the decay reads the run's clock (summed over sessions, as the time limit): each
+    step takes 30 s of a 5-minute budget, so the rate after step k is the peak x (1 - 30 k / 300)."""
+    class Clock:
+        now = 1_000.0
+
+        def time(self):
+            return self.now
+
+        def perf_counter(self):
+            return self.now
+
+    clock, original = Clock(), Trainer.train_step
+
+    def timed(self, group):
+        clock.now += 30.0
+        return original(self, group)
+
+    monkeypatch.setattr(trainer_module, "time", clock)
+    monkeypatch.setattr(Trainer, "train_step", timed)
+    options = {"max_steps": 0, "max_minutes": 5, "warmup_steps": 1, "schedule": "linear"}
+    train(tiny(tmp_path / "whole", **options), quiet=True)
+    whole = [r["lr"] for r in records(tmp_path / "whole", "train")]
+    # the rate logged after step k is set from the clock after step k - 1 (30 (k - 1) s): a step's lag
+    assert whole == pytest.approx([3e-3 * (1 - 30 * max(k - 1, 0) / 300) for k in range(1, 11)], abs=1e-12)
+    calls = {"n": 0}
+
+    def cut(self, group):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return timed(self, group)
+
+    monkeypatch.setattr(Trainer, "train_step", cut)
+    train(tiny(tmp_path / "cut", **options), quiet=True)
+    clock.now += 3_600  # an hour between the sessions does not count
+    monkeypatch.setattr(Trainer, "train_step", timed)
+    train(tiny(tmp_path / "cut", **options), resume=True, quiet=True)
+    assert [r["lr"] for r in records(tmp_path / "cut", "train")] == pytest.approx(whole, abs=1e-12)
+    assert stopped(tmp_path / "cut")[0::2] == (10, "max_minutes")
+
+
+def test_linear_without_a_budget_is_a_named_error(tmp_path):
+    with pytest.raises(UserError, match="--schedule linear.*--max-steps.*--max-minutes"):
+        train(tiny(tmp_path / "run", max_steps=0, max_epochs=2, schedule="linear"), quiet=True)
 
 
 # ----------------------------------------------------------------------------- stopping rules across a resume
