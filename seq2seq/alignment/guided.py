@@ -11,7 +11,8 @@ uniform over the source pieces of every word linked to t's word:
     G[t, s] = 1 / |S(t)| for s in S(t), else 0,    S(t) = {s : (w(s), w(t)) is a link}
 
 A target piece whose word has no link gets an all-zero row and is not supervised (as in Garg et
-al.); neither is the target EOS row, and the source EOS column is never gold. A pair whose
+al.), or with ``null`` (``--guided-unaligned eos``) a row with all its mass on the source EOS, the NULL
+word of the statistical aligners, in a pair that has links; the target EOS row is never supervised. A pair whose
 SentencePiece words differ in number from its whitespace words (normalization removed or split a
 word) cannot be mapped: it is not supervised, and the pairs affected are counted and logged.
 """
@@ -94,9 +95,11 @@ class GuidedAlignments:
     offsets: np.ndarray  # (rows + 1,) int64
     words: np.ndarray  # (rows, 2) int32
     starts: np.ndarray  # (vocab,) bool: word-start pieces
+    null: bool = False  # a linked pair's unlinked target pieces: gold on the source EOS (else not supervised)
 
     @classmethod
-    def from_split(cls, split, tokenizer: Tokenizer, path: str, batch_size: int = 10_000) -> "GuidedAlignments":
+    def from_split(cls, split, tokenizer: Tokenizer, path: str, batch_size: int = 10_000,
+                   null: bool = False) -> "GuidedAlignments":
         """Parse and check the ``align`` lines of an encoded training split (``seq2seq.data.guided``)
         against its sentence pairs: a bad token or a link outside a pair's whitespace words is a
         UserError naming the file and line. Logs how many pairs have links and how many cannot be
@@ -114,7 +117,7 @@ class GuidedAlignments:
                 words.append((len(src.split()), len(tgt.split())))
         guided = cls(np.concatenate(links) if links else np.zeros((0, 2), np.int32),
                      np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]),
-                     np.asarray(words, dtype=np.int32).reshape(-1, 2), word_start_table(tokenizer))
+                     np.asarray(words, dtype=np.int32).reshape(-1, 2), word_start_table(tokenizer), null)
         guided._report(split)
         return guided
 
@@ -154,6 +157,8 @@ class GuidedAlignments:
                                    int(n_src), int(n_tgt))
             if rows_gold is not None:
                 out[b, : len(tgt), : len(src_pieces)] = rows_gold
+                if self.null:  # the source EOS as NULL: where a target piece's word has no link
+                    out[b, : len(tgt), len(src_pieces)] = rows_gold.sum(axis=1) == 0
         return torch.from_numpy(out)
 
 

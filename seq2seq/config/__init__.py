@@ -100,6 +100,9 @@ class TrainConfig:
         False, "guided alignment, Transformer: supervise, and read alignments from, --guided-layer's "
                "cross-attention computed with the whole target visible (Garg et al. 2019's full-context "
                "alignment: the decoder run a second time up to that layer without the causal mask)")
+    guided_unaligned: Literal["skip", "eos"] = option(
+        "skip", "guided alignment, a file's target words without a link: skip (not supervised, as Garg et al.) or "
+                "eos (taught to attend to the source EOS, a NULL word, so that their alignments can stay empty)")
     self_guidance_warmup: NonNegativeInt = option(
         400, "--guided-alignment self: steps of plain training before the model's own links supervise it")
     compile: bool | None = option(

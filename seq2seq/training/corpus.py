@@ -165,7 +165,8 @@ def prepare_run_corpus(cfg: RunConfig, output_dir: Path, quiet: bool = False,
         **{f"{name}_pairs": len(data) for name, data in splits.items()})
     guided = None
     if cfg.data.alignment_lines:
-        guided = GuidedAlignments.from_split(splits["train"], tokenizer, data.guided_alignment)
+        guided = GuidedAlignments.from_split(splits["train"], tokenizer, data.guided_alignment,
+                                             null=cfg.train.guided_unaligned == "eos")
     return PreparedCorpus(tokenizer, splits, cfg.data.max_tokens, cfg.train.seed, rank, world,
                           subword_alpha=cfg.data.subword_alpha, guided=guided, fixed_shapes=bool(cfg.data.fixed_shapes))
 
