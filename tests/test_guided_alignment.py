@@ -194,6 +194,25 @@ def test_a_batch_gold_maps_links_to_pieces_and_leaves_eos_and_padding_out(tiny_t
             np.testing.assert_allclose(gold[b, t, : len(s_words)], expected, rtol=1e-6)
 
 
+def test_with_null_a_linked_pairs_unlinked_words_attend_to_the_source_eos(tiny_tokenizer, tmp_path):
+    """--guided-unaligned eos: the pieces of a target word without a link get their whole row on the source
+    EOS (NULL); linked words keep their rows; a pair without any link stays unsupervised."""
+    pairs = [("forty-five", "fünf und vierzig"), ("three hundred", "drei hundert")]
+    train, path = encoded_train(tiny_tokenizer, tmp_path, pairs, ["0-0 0-2", ""])
+    src, tgt = [np.array(x) for x in train["src_ids"]], [np.array(x) for x in train["tgt_ids"]]
+    shape = (max(map(len, tgt)) + 1, max(map(len, src)))
+    skip = GuidedAlignments.from_split(train, tiny_tokenizer, str(path)).gold([0, 1], src, tgt, shape).numpy()
+    null = GuidedAlignments.from_split(train, tiny_tokenizer, str(path), null=True).gold([0, 1], src, tgt,
+                                                                                        shape).numpy()
+    eos = len(src[0]) - 1
+    unlinked = piece_words(tgt[0], word_start_table(tiny_tokenizer)) == 1  # "und"
+    assert unlinked.any() and (~unlinked).any()
+    np.testing.assert_array_equal(null[0, : len(tgt[0]), eos], unlinked.astype(np.float32))
+    np.testing.assert_array_equal(null[0, : len(tgt[0]), :eos], skip[0, : len(tgt[0]), :eos])
+    np.testing.assert_allclose(null[0, : len(tgt[0])].sum(axis=1), 1.0)  # every row supervised
+    assert null[0, len(tgt[0]):].sum() == 0 and null[1].sum() == 0  # the EOS row, padding; the pair without links
+
+
 # ----------------------------------------------------------------------------- the file
 
 
