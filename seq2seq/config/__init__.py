@@ -153,11 +153,13 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "transformer": {"model": {"arch": "transformer"}, "train": {"warmup_steps": 200}},
     # the transformer preset trained to align words as it translates: guided alignment on eflomal's links of
     # the training pairs (pip install 'seq2seq[align]'), weight 1, supervising the penultimate layer's first
-    # head with the whole target visible (full context), learning fast early (peak rate 2e-3, CPU-sized
-    # batches of 1,500 tokens: on a GPU give --max-tokens); the recipe of docs/guides/alignments.md, measured
-    # by benchmarks/bench_alignment.py
+    # head with the whole target visible (full context), unlinked words on the source EOS (NULL), learning fast
+    # early (peak rate 2e-3, CPU-sized batches of 1,500 tokens: on a GPU give --max-tokens) and settling at the
+    # end of its budget (linear decay: needs --max-minutes or --max-steps); the recipe of
+    # docs/guides/alignments.md, measured by benchmarks/bench_alignment.py
     "transformer-align": {"model": {"arch": "transformer"}, "data": {"guided_alignment": "eflomal", "max_tokens": 1500},
-                          "train": {"warmup_steps": 200, "lr": 2e-3, "guided_alignment_weight": 1.0,
+                          "train": {"warmup_steps": 200, "lr": 2e-3, "schedule": "linear",
+                                    "guided_alignment_weight": 1.0, "guided_unaligned": "eos",
                                     "full_context_alignment": True}},
     # the transformer preset for budgets of many epochs (a GPU trains Multi30k's in seconds): more dropout
     # and a higher peak rate; the winner of a validation search on one GPU (docs/benchmarks.md)
