@@ -37,7 +37,8 @@ from seq2seq.io_utils import display_path, markdown_table, read_lines
 
 #: name -> (preset, extra train flags); ``{talp}`` is eflomal's alignment of the training split, ``{runs}`` the
 #: runs directory (a variant that continues another needs that one trained first). A variant runs its preset as
-#: it is now: the transformer-align ones before 2026-11-27 14:20 trained with lr 1e-3 and 3,000-token batches.
+#: it is now: the transformer-align ones before 2026-11-27 14:20 trained with lr 1e-3 and 3,000-token batches, and
+#: before 2026-11-27 20:00 with the inverse-sqrt schedule and without --guided-unaligned eos.
 VARIANTS: dict[str, tuple[str, list[str]]] = {
     "rnn": ("rnn-bahdanau", []),
     "rnn-guided": ("rnn-bahdanau", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.5"]),

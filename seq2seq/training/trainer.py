@@ -1,7 +1,8 @@
 """The training loop, shared by every architecture.
 
 Adam/AdamW; warmup + inverse-sqrt schedule for the Transformer, plateau decay (on validation loss)
-for the RNN, or warmup + linear decay to zero at the end of the budget; label-smoothed cross-entropy over target tokens, plus optional attention terms: with
+for the RNN, or warmup + linear decay to zero at the end of the budget; label-smoothed cross-entropy
+over target tokens, plus optional attention terms: with
 ``--guided-alignment`` an alignment loss on one layer's cross-attention (``guided.py``), and a
 cross-attention entropy penalty (``attention_entropy.py``); gradient clipping and accumulation;
 autocast precision; validation loss and BLEU every ``eval_every`` steps and/or every
