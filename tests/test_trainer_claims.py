@@ -123,9 +123,14 @@ def test_linear_follows_the_run_clock_across_a_resume(tmp_path, monkeypatch):
     assert stopped(tmp_path / "cut")[0::2] == (10, "max_minutes")
 
 
-def test_linear_without_a_budget_is_a_named_error(tmp_path):
-    with pytest.raises(UserError, match="--schedule linear.*--max-steps.*--max-minutes"):
+def test_linear_without_a_budget_is_a_named_error_before_any_data_is_read(tmp_path):
+    with pytest.raises(UserError, match="--schedule linear.*--max-minutes.*--max-steps"):
         train(tiny(tmp_path / "run", max_steps=0, max_epochs=2, schedule="linear"), quiet=True)
+    preset = config_from_flags(["--preset", "transformer-align", "--data-dir", str(tmp_path / "nowhere"),
+                                "--output-dir", str(tmp_path / "align")])
+    with pytest.raises(UserError, match="transformer-align preset.*--max-minutes"):  # not the missing corpus
+        train(preset, quiet=True)
+    assert not (tmp_path / "align").exists() and not (tmp_path / "cache").exists()
 
 
 # ----------------------------------------------------------------------------- stopping rules across a resume

@@ -49,6 +49,13 @@ def budget_used(step: int, seconds: float, cfg: RunConfig) -> float:
     return min(1.0, max(shares))
 
 
+def check_schedule(cfg: RunConfig) -> None:
+    """A UserError for a schedule the run cannot follow: ``linear`` without a budget to decay over."""
+    if schedule_kind(cfg) == "linear" and not (cfg.train.max_steps or cfg.train.max_minutes):
+        raise UserError("--schedule linear (the transformer-align preset's) decays to zero at the end of the run's "
+                        "budget: give --max-minutes and/or --max-steps (or choose --schedule inverse-sqrt)")
+
+
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: RunConfig, clock: Callable[[], float] = lambda: 0.0):
     """inverse-sqrt: lr(t) = lr * min(t / warmup, sqrt(warmup / t)); linear: lr(t) = lr * min(t / warmup, 1)
     * (1 - budget used), zero where the budget (``max_steps`` and/or ``max_minutes`` of the run's
@@ -65,9 +72,7 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: RunConfig, clock: Cal
             optimizer, lambda step: min((step + 1) / warmup, math.sqrt(warmup / (step + 1)))
         )
     if kind == "linear":
-        if not (cfg.train.max_steps or cfg.train.max_minutes):
-            raise UserError("--schedule linear decays to zero at the end of the run's budget: give --max-steps "
-                            "and/or --max-minutes (or choose --schedule inverse-sqrt)")
+        check_schedule(cfg)
         return torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: min((step + 1) / warmup, 1.0) * (1.0 - budget_used(step, clock(), cfg))
         )

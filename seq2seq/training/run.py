@@ -27,6 +27,7 @@ from ..runtime import (
 )
 from . import distributed
 from .corpus import StreamingCorpus
+from .optim import check_schedule
 from .tensorboard import check_log_dir
 from .trainer import Progress, Trainer
 
@@ -75,6 +76,7 @@ def _train(cfg: RunConfig, resume: bool, quiet: bool, final_test: bool) -> Train
                         "resume from; choose another --output-dir, or move them away first (a new run would "
                         "overwrite them)")
     cfg.model.validate()
+    check_schedule(cfg)  # before minutes of preparing data
     set_threads(cfg.train.threads)
     allow_tf32(cfg.train.tf32)
     seed_everything(cfg.train.seed)
