@@ -83,44 +83,14 @@ def test_linear_decays_to_zero_at_the_step_budget(tmp_path):
 
 def test_linear_follows_the_run_clock_across_a_resume(tmp_path, monkeypatch):
     """With --max-minutes the decay reads the run's clock (summed over sessions, as the time limit): each
-    step takes 30 s of a 5-minute budget, so the rate after step k is the peak x (1 - 30 k / 300)."""
-    class Clock:
-        now = 1_000.0
-
-        def time(self):
-            return self.now
-
-        def perf_counter(self):
-            return self.now
-
-    clock, original = Clock(), Trainer.train_step
-
-    def timed(self, group):
-        clock.now += 30.0
-        return original(self, group)
-
-    monkeypatch.setattr(trainer_module, "time", clock)
-    monkeypatch.setattr(Trainer, "train_step", timed)
+    step takes 30 s of a 5-minute budget, so the rate after step k is the peak x (1 - 30 (k - 1) / 300)."""
     options = {"max_steps": 0, "max_minutes": 5, "warmup_steps": 1, "schedule": "linear"}
-    train(tiny(tmp_path / "whole", **options), quiet=True)
-    whole = [r["lr"] for r in records(tmp_path / "whole", "train")]
+    whole, cut = whole_and_resumed_on_a_fake_clock(tmp_path, monkeypatch, options, interrupt_before_call=5)
+    rates = [r["lr"] for r in records(whole, "train")]
     # the rate logged after step k is set from the clock after step k - 1 (30 (k - 1) s): a step's lag
-    assert whole == pytest.approx([3e-3 * (1 - 30 * max(k - 1, 0) / 300) for k in range(1, 11)], abs=1e-12)
-    calls = {"n": 0}
-
-    def cut(self, group):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            raise KeyboardInterrupt
-        return timed(self, group)
-
-    monkeypatch.setattr(Trainer, "train_step", cut)
-    train(tiny(tmp_path / "cut", **options), quiet=True)
-    clock.now += 3_600  # an hour between the sessions does not count
-    monkeypatch.setattr(Trainer, "train_step", timed)
-    train(tiny(tmp_path / "cut", **options), resume=True, quiet=True)
-    assert [r["lr"] for r in records(tmp_path / "cut", "train")] == pytest.approx(whole, abs=1e-12)
-    assert stopped(tmp_path / "cut")[0::2] == (10, "max_minutes")
+    assert rates == pytest.approx([3e-3 * (1 - 30 * max(k - 1, 0) / 300) for k in range(1, 11)], abs=1e-12)
+    assert [r["lr"] for r in records(cut, "train")] == pytest.approx(rates, abs=1e-12)
+    assert stopped(cut)[0::2] == (10, "max_minutes")
 
 
 def test_linear_without_a_budget_is_a_named_error_before_any_data_is_read(tmp_path):
@@ -157,8 +127,11 @@ def test_a_stopping_rule_holds_across_a_resume(tmp_path, monkeypatch, limit, opt
     assert stopped(tmp_path / "cut") == whole
 
 
-def test_max_minutes_counts_every_session_of_a_run(tmp_path, monkeypatch):
-    class Clock:  # each training step takes 30 s of the trainer's clock
+def whole_and_resumed_on_a_fake_clock(tmp_path: Path, monkeypatch, options: dict,
+                                      interrupt_before_call: int) -> tuple[Path, Path]:
+    """Two runs with ``options`` whose every training step takes 30 s of the trainer's clock: ``whole``
+    uninterrupted, ``cut`` interrupted before its ``interrupt_before_call``-th step and resumed an hour later."""
+    class Clock:
         now = 1_000.0
 
         def time(self):
@@ -167,30 +140,33 @@ def test_max_minutes_counts_every_session_of_a_run(tmp_path, monkeypatch):
         def perf_counter(self):
             return self.now
 
-    clock, original = Clock(), Trainer.train_step
+    clock, original, calls = Clock(), Trainer.train_step, {"n": 0}
 
     def timed(self, group):
         clock.now += 30.0
         return original(self, group)
 
-    monkeypatch.setattr(trainer_module, "time", clock)
-    monkeypatch.setattr(Trainer, "train_step", timed)
-    train(tiny(tmp_path / "whole", max_steps=0, max_minutes=2.5), quiet=True)
-    assert stopped(tmp_path / "whole") [0::2] == (5, "max_minutes")  # 5 steps = 150 s >= 2.5 minutes
-    calls = {"n": 0}
-
     def cut(self, group):
         calls["n"] += 1
-        if calls["n"] == 3:
+        if calls["n"] == interrupt_before_call:
             raise KeyboardInterrupt
         return timed(self, group)
 
-    monkeypatch.setattr(Trainer, "train_step", cut)
-    train(tiny(tmp_path / "cut", max_steps=0, max_minutes=2.5), quiet=True)
+    monkeypatch.setattr(trainer_module, "time", clock)
+    for run, step in (("whole", timed), ("cut", cut)):
+        monkeypatch.setattr(Trainer, "train_step", step)
+        train(tiny(tmp_path / run, **options), quiet=True)
     clock.now += 3_600  # an hour between the sessions does not count
     monkeypatch.setattr(Trainer, "train_step", timed)
-    train(tiny(tmp_path / "cut", max_steps=0, max_minutes=2.5), resume=True, quiet=True)
-    assert stopped(tmp_path / "cut")[0::2] == (5, "max_minutes")
+    train(tiny(tmp_path / "cut", **options), resume=True, quiet=True)
+    return tmp_path / "whole", tmp_path / "cut"
+
+
+def test_max_minutes_counts_every_session_of_a_run(tmp_path, monkeypatch):
+    whole, cut = whole_and_resumed_on_a_fake_clock(tmp_path, monkeypatch, {"max_steps": 0, "max_minutes": 2.5},
+                                                   interrupt_before_call=3)
+    assert stopped(whole)[0::2] == (5, "max_minutes")  # 5 steps = 150 s >= 2.5 minutes
+    assert stopped(cut)[0::2] == (5, "max_minutes")
 
 
 # ----------------------------------------------------------------------------- preset < --config < flags
