@@ -250,6 +250,31 @@ def test_a_missing_file_and_streaming_are_named_errors(tmp_path):
     assert code == 2 and "not --streaming" in err
 
 
+@pytest.mark.parametrize("unaligned", ["skip", "eos"])
+def test_the_training_batches_carry_the_null_rows_the_flag_asks_for(tmp_path, unaligned):
+    """--guided-unaligned reaches the batches: with links only for each pair's first target word, the other
+    words' rows sit on the source EOS with eos and are empty with skip."""
+    from seq2seq.cli import config_from_flags
+    from seq2seq.tokenizer import EOS_ID, PAD_ID
+    from seq2seq.training.corpus import prepare_run_corpus
+
+    train = toy_corpus(n_train=40, n_valid=toy_eval_size(40), n_test=toy_eval_size(40))["train"]
+    path = tmp_path / "first.talp"
+    path.write_text("0-0\n" * len(train), encoding="utf-8")
+    cfg = config_from_flags(["--toy-size", "40", "--vocab-size", "120", "--cache-dir", str(tmp_path / "cache"),
+                             "--output-dir", str(tmp_path / "run"), "--guided-alignment", str(path),
+                             "--guided-unaligned", unaligned, "--device", "cpu"]).resolved()
+    batch = next(prepare_run_corpus(cfg, tmp_path / "run", quiet=True).train_batches(0))
+    on_eos = (batch.guide * (batch.src == EOS_ID)[:, None, :]).sum(dim=-1)  # (B, T) mass on each row's EOS
+    supervised = batch.guide.sum(dim=-1) > 0
+    words = int((batch.tgt_out != PAD_ID).sum()) - len(batch.tgt_out)  # target pieces, without the EOS rows
+    if unaligned == "skip":
+        assert on_eos.sum() == 0 and 0 < supervised.sum() < words
+    else:  # every piece's row is supervised, an unlinked word's wholly on the EOS
+        assert supervised.sum() == words and set(on_eos[supervised].tolist()) == {0.0, 1.0}
+        assert torch.allclose(batch.guide.sum(dim=-1)[supervised], torch.ones(words))
+
+
 # ----------------------------------------------------------------------------- end to end
 
 
