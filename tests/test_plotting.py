@@ -131,6 +131,36 @@ def test_grid_side_by_side_curves(tmp_path, figures):
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("epoch", "loss")
 
 
+def test_side_by_side_row_labels_stay_out_of_the_panel_beside_them(tmp_path, figures):
+    """The attribution plot (``translate --plot-dir --attribution``: attention | each method) labels every
+    panel's rows; long target words must not reach into the panel on their left (as they did with a fixed
+    1.2 in per panel and no layout), nor the rotated source words into the next panel's labels."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    src = ["Internationalisierungsbemühungen", "der", "Bundesregierung", "wurden", "verstärkt", "."]
+    tgt = ["the", "internationalization", "efforts", "of", "the", "federal", "government", "intensified", "."]
+    titles = ["attention (layer -2, heads mean)", "gradient_x_input", "integrated_gradients"]
+    plot_side_by_side([matrix(len(tgt), len(src), seed=k) for k in range(3)], titles, src, [tgt] * 3,
+                      tmp_path / "00000_attribution.png")
+    fig = figures[0]
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    *panels, colorbar = fig.axes
+    assert len(panels) == 3
+    boxes = [ax.get_window_extent(renderer) for ax in fig.axes]
+    for left, right in zip(panels, panels[1:]):
+        box = left.get_window_extent(renderer)
+        for label in right.get_yticklabels():
+            extent = label.get_window_extent(renderer)
+            assert extent.x0 >= box.x1, (label.get_text(), extent.x0, box.x1)
+    for k, ax in enumerate(panels):  # no label of a panel over another panel or the colour bar
+        for label in [*ax.get_yticklabels(), *ax.get_xticklabels(), ax.xaxis.label]:
+            extent = label.get_window_extent(renderer)
+            others = [b for j, b in enumerate(boxes) if j != k]
+            assert not any(extent.overlaps(b) for b in others), label.get_text()
+
+
 def test_plot_records(tmp_path, figures):
     rng = np.random.default_rng(5)
     attn = rng.random((2, 2, 4, 4)).astype(np.float32)

@@ -170,6 +170,11 @@ def _label_room(labels: Sequence[str]) -> float:
     return 0.07 * max((len(label) for label in labels), default=0) + 0.3
 
 
+def _row_label_room(labels: Sequence[str]) -> float:
+    """Inches taken by target labels left of a plot (fontsize 8: ~0.065 in a character)."""
+    return 0.065 * max((len(label) for label in labels), default=0) + 0.2
+
+
 def _vmax(*matrices: np.ndarray) -> float:
     peak = max((float(m.max()) for m in matrices if m.size), default=1.0)
     return max(1.0, peak)
@@ -243,19 +248,22 @@ def plot_side_by_side(matrices: Sequence, titles: Sequence[str], src_labels: Seq
                       annotate: bool | None = None) -> list[Path]:
     """Several systems' (T_k, S) matrices next to each other, same colour scale.
 
-    ``src_labels`` is one label list shared by all, or one list per matrix."""
+    ``src_labels`` is one label list shared by all, or one list per matrix. Every panel has its own
+    target labels on its left: the figure is widened by their length, and its constrained layout places
+    the panels by the labels' drawn extent, so that none reaches into the panel beside it."""
     shared = not src_labels or isinstance(src_labels[0], str)
     src_list = [list(src_labels)] * len(matrices) if shared else [list(s) for s in src_labels]
     if not len(matrices) == len(titles) == len(tgt_labels_list) == len(src_list):
         raise ValueError("plot_side_by_side: matrices, titles and label lists differ in number")
     ms = [_check(m, s, t) for m, s, t in zip(matrices, src_list, tgt_labels_list)]
     annotate = all(max(m.shape) <= ANNOTATE_MAX for m in ms) if annotate is None else annotate
-    width = sum(_cell_inches(len(s), 0.45 if annotate else 0.3, 2.5) + 1.2 for s in src_list)
+    width = sum(_cell_inches(len(s), 0.45 if annotate else 0.3, 2.5) + _row_label_room(t) + 0.3
+                for s, t in zip(src_list, tgt_labels_list))
     rows = max((len(t) for t in tgt_labels_list), default=0)
     height = _cell_inches(rows, 0.4, 2.0) + max((_label_room(s) for s in src_list), default=0.3)
     labels = [x for group in (*src_list, *tgt_labels_list, titles) for x in group]
     with label_fonts(labels):
-        fig = Figure(figsize=(width + 1.0, height + 0.5))
+        fig = Figure(figsize=(width + 1.0, height + 0.5), layout="constrained")
         axes = fig.subplots(1, max(len(ms), 1), squeeze=False)[0]
         image, vmax = None, _vmax(*ms)
         for ax, m, title, src, tgt in zip(axes, ms, titles, src_list, tgt_labels_list):
