@@ -76,8 +76,9 @@ def test_beam_scores_sorted_and_equal_rescoring(model, batch, alpha):
 def _reference_beam(model, src, mask, k, alpha, limit):
     """Textbook beam search for one sentence: every prefix re-scored by a full teacher-forced
     forward pass, candidates ranked in Python. Same rules as ``beam_search``: beams compete on
-    raw log P; an EOS among the k best candidates finishes a hypothesis; the k best non-EOS
-    candidates go on; done at k finished hypotheses or at the length bound (EOS forced)."""
+    raw log P; an EOS among the k best candidates finishes a hypothesis, of which the k best by
+    score are kept; the k best non-EOS candidates go on; searched on to the length bound (EOS
+    forced) whatever has finished (``beam_search`` may stop earlier only where that changes nothing)."""
     beams, finished = [([], 0.0)], []
     for t in range(limit + 1):
         candidates = []
@@ -90,12 +91,11 @@ def _reference_beam(model, src, mask, k, alpha, limit):
                     candidates.append((log_prob + float(logp[y]), tokens, y))
         candidates.sort(key=lambda c: -c[0])
         for score, tokens, y in candidates[:k]:
-            if y == EOS and len(finished) < k:
+            if y == EOS:
                 finished.append((tokens, score, score / _gnmt(len(tokens) + 1, alpha)))
+        finished = sorted(finished, key=lambda f: -f[2])[:k]
         beams = [(tokens + [y], score) for score, tokens, y in candidates[: 2 * k] if y != EOS][:k]
-        if len(finished) >= k or t >= limit:
-            break
-    return sorted(finished, key=lambda f: -f[2])
+    return finished
 
 
 @pytest.mark.parametrize("alpha", [0.0, 1.0])
@@ -196,7 +196,7 @@ def test_search_restores_training_mode_and_checks_arguments(batch):
 @pytest.mark.parametrize("alpha, n_best", [(0.0, 1), (0.0, 2), (1.0, 1), (-0.5, 1)])
 def test_a_sentence_stops_once_no_live_beam_can_win_with_the_same_outputs(model, batch, alpha, n_best, monkeypatch):
     """``Beams.settled`` ends a sentence as soon as its n-best finished hypotheses cannot be beaten:
-    the n-best lists equal those of searching on to k finished hypotheses, decoding fewer rows."""
+    the n-best lists equal those of searching on to the length bound, decoding fewer rows."""
     from seq2seq.decoding import search
 
     steps = []

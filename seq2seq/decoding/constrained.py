@@ -17,7 +17,8 @@ have produced (0 .. C). The k beam slots are filled round-robin over the banks, 
 first, each time with the best remaining candidate of that bank: hypotheses that met more constraints
 are not pushed out by unconstrained ones that score higher, and unconstrained ones keep their share.
 As in plain beam search, candidates that end in EOS among the k best by score become finished
-hypotheses; a sentence is done once it has k of them or reaches its length bound.
+hypotheses (the k best are kept); a sentence is done at its length bound, when no hypothesis is left
+alive, or once no live one can end above its n-best finished ones (``Beams.settled``).
 
 The bookkeeping is on the host, per sentence and beam (a few Python operations per candidate): the
 cost is measured in docs/benchmarks.md.
@@ -36,7 +37,7 @@ from ..tokenizer import BOS_ID, EOS_ID
 from .constraints import ConstraintState, SentenceConstraints
 from .prefix import Prefixes
 from .scoring import eval_mode
-from .search import MAX_LEN_OFFSET, Beams, Hypothesis, length_penalty_gnmt, max_lengths, run_beams
+from .search import MAX_LEN_OFFSET, Beams, Hypothesis, max_lengths, run_beams
 from .vocabulary import OutputVocabulary
 
 
@@ -130,7 +131,7 @@ class _ConstrainedBeams(Beams):
             origins.append([i * k + j for j, _, _, _ in kept] + [i * k] * (k - len(kept)))
             chosen_tokens.append([token for _, token, _, _ in kept] + [BOS_ID] * (k - len(kept)))
             kept_scores.append([total for _, _, total, _ in kept] + [float("-inf")] * (k - len(kept)))
-            finished.append(len(self.finished[sentence]) >= k or t >= self.host_limit[sentence] or not kept
+            finished.append(t >= self.host_limit[sentence] or not kept
                             or self.settled(sentence, max(total for _, _, total, _ in kept), t))
             new_beams.append(beams)
         device = self.rows.device
@@ -185,11 +186,8 @@ class _ConstrainedBeams(Beams):
         """Candidates among the k best that end in EOS become finished hypotheses of ``sentence``
         (EOS reaches only hypotheses that met every constraint); ``beams`` its (state, tokens)."""
         for j, token, total in candidates[: self.k]:
-            if token != EOS_ID or len(self.finished[sentence]) >= self.k:
-                continue
-            words = beams[j][1]
-            self.finished[sentence].append(Hypothesis(list(words), total / length_penalty_gnmt(len(words) + 1,
-                                                                                                 self.alpha), total))
+            if token == EOS_ID:
+                self._keep(sentence, list(beams[j][1]), total)
 
     def _allocate(self, candidates: list[tuple[int, int, float]], beams: list, steps_left: int) -> list:
         """Up to k (beam, token, total, state) continuations: the candidates that do not end and can still

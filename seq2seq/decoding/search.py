@@ -204,10 +204,12 @@ def beam_search(
     """Beam search batched over sentences x beams; ``n_best`` hypotheses per sentence, best first.
 
     Beams compete on raw log-probability; a hypothesis ending in EOS among the top ``beam_size``
-    candidates is finished with score log P / lp(Y). A sentence is done once it has ``beam_size``
-    finished hypotheses, reaches its length bound (where EOS is forced on every beam), or no live beam
-    can reach the score of its ``n_best``-th finished hypothesis any more (``Beams.settled``: exact,
-    the outputs are those of searching on).
+    candidates is finished with score log P / lp(Y), and a sentence keeps its ``beam_size`` best
+    finished hypotheses (a better one replaces the worst). A sentence is done only when it reaches
+    its length bound (where EOS is forced on every beam) or no live beam can end above its
+    ``n_best``-th finished hypothesis any more (``Beams.settled``: exact, the outputs are those of
+    searching on to the bound). Having ``beam_size`` finished hypotheses is not enough: on a small
+    vocabulary they fill with early EOS endings while a live beam still scores far above them.
     """
     if not 1 <= n_best <= beam_size:
         raise UserError(f"need 1 <= --n-best ({n_best}) <= --beam-size ({beam_size})")
@@ -237,8 +239,9 @@ class Beams:
 
     The step interface of every beam strategy (``run_beams`` drives it): ``advance(t)`` takes step t
     for every active sentence and returns False once none is left; ``finished[n]`` holds sentence n's
-    finished hypotheses. A strategy subclasses it and overrides ``advance`` (lexically constrained
-    search: ``constrained._ConstrainedBeams``), reusing ``settled``, ``_finish`` and ``_drop``."""
+    finished hypotheses (its k best so far). A strategy subclasses it and overrides ``advance``
+    (lexically constrained search: ``constrained._ConstrainedBeams``), reusing ``settled``, ``_keep``
+    and ``_drop``: a sentence is done at its length bound or once ``settled``, never earlier."""
 
     def __init__(self, model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor, k: int,
                  alpha: float, limit: torch.Tensor, output: OutputVocabulary, prefixes: Prefixes | None = None,
@@ -284,8 +287,7 @@ class Beams:
         self.scores, beam, token = top.gather(1, keep), beam.gather(1, keep), token.gather(1, keep)
         origin = torch.arange(n, device=beam.device).unsqueeze(1) * k + beam  # (n, k) previous row
         best_live = self.scores[:, 0].tolist()  # the best live beam of each sentence (kept best first)
-        finished = [len(self.finished[r]) >= k or t >= self.host_limit[r] or self.settled(r, best, t)
-                    for r, best in zip(self.host_rows, best_live)]
+        finished = [t >= self.host_limit[r] or self.settled(r, best, t) for r, best in zip(self.host_rows, best_live)]
         if any(finished):
             live = torch.tensor([i for i, f in enumerate(finished) if not f], dtype=torch.long, device=beam.device)
             self._drop(live, finished)
@@ -319,11 +321,19 @@ class Beams:
         n, j = index.unbind(1)
         prefixes = self.prefix[n * self.k + beam[n, j]].tolist()  # one copy each, not one per hypothesis
         for (row, _), words, log_prob in zip(index.tolist(), prefixes, top[n, j].tolist()):
-            sentence = self.host_rows[row]
-            if len(self.finished[sentence]) >= self.k:
-                continue
-            score = log_prob / length_penalty_gnmt(len(words) + 1, self.alpha)
-            self.finished[sentence].append(Hypothesis(words, score, log_prob))
+            self._keep(self.host_rows[row], words, log_prob)
+
+    def _keep(self, sentence: int, words: list[int], log_prob: float) -> None:
+        """Add a finished hypothesis (``words`` without EOS, raw log P with EOS) to ``sentence``'s k
+        best: appended while there are fewer than k, else it replaces the worst if it scores above it."""
+        score = log_prob / length_penalty_gnmt(len(words) + 1, self.alpha)
+        done = self.finished[sentence]
+        if len(done) < self.k:
+            done.append(Hypothesis(words, score, log_prob))
+            return
+        worst = min(range(len(done)), key=lambda i: done[i].score)
+        if score > done[worst].score:
+            done[worst] = Hypothesis(words, score, log_prob)
 
     def _drop(self, live: torch.Tensor, finished: list[bool]) -> None:
         """Remove finished sentences (all their beams) from the active batch; ``live`` indexes the
