@@ -216,6 +216,21 @@ def test_align_command_scores_and_writes_pharaoh(checkpoint, gold_files, tmp_pat
     assert scores["intersection"]["predicted"] <= scores["forward"]["predicted"]
 
 
+def test_align_without_a_predicted_link_reports_precision_as_undefined(checkpoint, gold_files, monkeypatch,
+                                                                         capsys):
+    """No link read from the attention (e.g. a threshold no weight reaches): precision is 0/0, shown as
+    "n/a" in the table and null in the JSON, not 1.0000; recall is 0 and AER 1 (every sure link missed)."""
+    monkeypatch.setattr("seq2seq.jobs.align.extract_links", lambda *args, **kwargs: set())
+    argv = ["--checkpoint", str(checkpoint), "--source", str(gold_files["src"]), "--target",
+            str(gold_files["tgt"]), "--gold", str(gold_files["gold"]), "--json"]
+    assert align.main(argv) == 0
+    *table, last = capsys.readouterr().out.splitlines()
+    scores = json.loads(last)["forward"]
+    assert (scores["precision"], scores["recall"], scores["aer"], scores["predicted"]) == (None, 0.0, 1.0, 0)
+    [row] = [line for line in table if line.startswith("| forward")]
+    assert [cell.strip() for cell in row.strip("|").split("|")][1:4] == ["n/a", "0.0000", "1.0000"]
+
+
 def links_of(argv: list[str], backward: Path, rule: str) -> Path:
     """``seq2seq align ARGV --backward-checkpoint BACKWARD --symmetrize RULE``'s --output file."""
     out = backward.with_name(f"links-{rule}.txt")

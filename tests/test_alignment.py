@@ -260,10 +260,16 @@ def test_aer_hand_computed():
 
 
 def test_aer_edge_cases():
+    # no predicted link: precision |A∩P| / |A| is 0/0, undefined (None), not a perfect 1.0; no sure link:
+    # recall |A∩S| / |S| likewise. AER keeps its formula: 1 - (0 + 0) / (0 + |S|) = 1 with sure links
+    # (every one missed), and 0 with neither (nothing to get right, nothing got wrong)
     nothing = alignment_error_rate([set()], [set()], [set()])
-    assert (nothing.precision, nothing.recall, nothing.aer) == (1.0, 1.0, 0.0)
+    assert (nothing.precision, nothing.recall, nothing.aer) == (None, None, 0.0)
     missed = alignment_error_rate([set()], [{(0, 0)}])
-    assert (missed.precision, missed.recall, missed.aer) == (1.0, 0.0, 1.0)
+    assert (missed.precision, missed.recall, missed.aer) == (None, 0.0, 1.0)
+    # |A| = 2, |A∩P| = 1 (the possible 1-1), |S| = 0: precision 1/2, recall undefined, AER 1 - 1/2
+    unsure = alignment_error_rate([{(0, 1), (1, 1)}], [set()], [{(1, 1)}])
+    assert (unsure.precision, unsure.recall, unsure.aer) == (0.5, None, 0.5)
     perfect = alignment_error_rate([{(0, 0), (1, 1)}], [{(0, 0), (1, 1)}])
     assert perfect.aer == 0.0
     with pytest.raises(UserError, match="one line per sentence"):

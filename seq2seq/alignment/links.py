@@ -161,8 +161,8 @@ def read_gold_alignments(path: str | os.PathLike, sources: Sequence[str], target
     the whitespace-separated words of each source and target (0-based, source-target)."""
     sure, possible = read_pharaoh_file(path)
     if len(sure) != len(sources):
-        raise UserError(f"{flag} {path} has {len(sure)} lines but there are {len(sources)} sentence "
-                        "pairs; give one Pharaoh line (src-tgt word links) per pair")
+        raise UserError(f"{flag} {path} has {counted(len(sure), 'line')} for {counted(len(sources), 'sentence pair')}; "
+                        "give one Pharaoh line (src-tgt word links) per pair")
     for line, (links, src, tgt) in enumerate(zip(possible, sources, targets), start=1):
         n_src, n_tgt = len(src.split()), len(tgt.split())
         bad = sorted((i, j) for i, j in links if i >= n_src or j >= n_tgt)
@@ -178,8 +178,8 @@ def read_gold_alignments(path: str | os.PathLike, sources: Sequence[str], target
 class AlignmentScores:
     """Corpus-level alignment quality (Och & Ney 2003); counts are summed over sentences."""
 
-    precision: float  # |A∩P| / |A|
-    recall: float  # |A∩S| / |S|
+    precision: float | None  # |A∩P| / |A|; None (undefined, 0/0) without predicted links
+    recall: float | None  # |A∩S| / |S|; None (undefined, 0/0) without sure links
     aer: float  # 1 - (|A∩S| + |A∩P|) / (|A| + |S|)
     predicted: int  # |A|
     sure: int  # |S|
@@ -196,8 +196,10 @@ def alignment_error_rate(
 ) -> AlignmentScores:
     """Precision, recall and AER of predicted links A against gold sure S and possible P.
 
-    P is taken as P ∪ S per sentence (None = S only). Edge cases: with no predicted links
-    precision is 1.0; with no sure links recall is 1.0; with neither, AER is 0.0.
+    P is taken as P ∪ S per sentence (None = S only). Edge cases: with no predicted links precision
+    is undefined (0/0: None, shown as "n/a"; AER is then 1.0 by its formula when there are sure links:
+    nothing predicted, every sure link missed); with no sure links recall is undefined (None); with
+    neither, AER is 0.0 (no link to get right, none got wrong).
     """
     possible = sure if possible is None else possible
     if not len(predicted) == len(sure) == len(possible):
@@ -212,8 +214,8 @@ def alignment_error_rate(
         a, s, p = a + len(pred), s + len(gold_s), p + len(gold_p)
         a_s, a_p = a_s + len(pred & gold_s), a_p + len(pred & gold_p)
     return AlignmentScores(
-        precision=a_p / a if a else 1.0,
-        recall=a_s / s if s else 1.0,
+        precision=a_p / a if a else None,
+        recall=a_s / s if s else None,
         aer=1.0 - (a_s + a_p) / (a + s) if a + s else 0.0,
         predicted=a, sure=s, possible=p, predicted_sure=a_s, predicted_possible=a_p,
         sentences=len(predicted),

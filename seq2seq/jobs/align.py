@@ -127,6 +127,8 @@ def _links(job: AlignJob, forward: Translator, backward: Translator | None, sour
 
 
 def score_table(scores: dict[str, AlignmentScores], chosen: str) -> str:
-    rows = [[name + (" (--output)" if name == chosen else ""), f"{s.precision:.4f}", f"{s.recall:.4f}",
-             f"{s.aer:.4f}", s.predicted, s.sure, s.possible] for name, s in scores.items()]
+    """The scores as a markdown table; an undefined precision or recall (0/0) is "n/a"."""
+    number = lambda value: "n/a" if value is None else f"{value:.4f}"  # noqa: E731
+    rows = [[name + (" (--output)" if name == chosen else ""), number(s.precision), number(s.recall),
+             number(s.aer), s.predicted, s.sure, s.possible] for name, s in scores.items()]
     return markdown_table(["links", "precision", "recall", "AER", "predicted", "sure", "possible"], rows)

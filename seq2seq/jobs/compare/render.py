@@ -190,7 +190,7 @@ def examples_section(report: dict[str, Any]) -> list[str]:
 def aer_section(report: dict[str, Any]) -> list[str]:
     if not report["aer"]:
         return []
-    rows = [[md_escape(name), f"{a['aer']:.3f}", f"{a['precision']:.3f}", f"{a['recall']:.3f}",
+    rows = [[md_escape(name), f"{a['aer']:.3f}", fmt_number(a["precision"], ".3f"), fmt_number(a["recall"], ".3f"),
              str(a["sentences"])] for name, a in report["aer"].items()]
     return ["## Alignment error rate", "",
             f"Against `{report['settings']['gold']}`: one argmax link per reference word from the "
