@@ -361,6 +361,33 @@ def test_serve_runs_the_ctranslate2_engine_where_it_can_and_says_so(checkpoint, 
     assert body["translations"][0]["alignment"]["pharaoh_word"] is not None
 
 
+def test_a_server_running_ctranslate2s_search_refuses_constraints_as_a_bad_request(checkpoint, tmp_path):  # noqa: F811
+    """CTranslate2 has no constrained search: a request with constraints is the client's to fix (422 saying
+    which engine takes them), not a failed model call (500); one without any is translated."""
+    pytest.importorskip("ctranslate2")
+    import shutil
+
+    translator = Translator.from_checkpoint(Path(shutil.copy(checkpoint, tmp_path / "best.pt")), device="cpu",
+                                            engine="ctranslate2")
+    with TestClient(create_app(translator, ServeSettings())) as client:
+        refused = client.post("/translate", json={"sentences": ["seven", "eight"], "constraints": [["sieben"], []]})
+        assert refused.status_code == 422 and "--engine seq2seq" in refused.json()["error"], refused.text
+        assert client.post("/translate", json={"sentences": ["seven"], "constraints": [[]]}).status_code == 200
+        assert_good_request_works(client, translator)
+
+
+def test_the_serving_guide_lists_every_request_field_the_server_takes():
+    """docs/guides/serving.md's table of POST /translate fields is what ``TranslateRequest`` accepts (it
+    rejects any other field): it once left out constraints, ordered_constraints and markup, which the
+    translating guide promised."""
+    from seq2seq.serve.schemas import TranslateRequest
+
+    guide = (ROOT / "docs" / "guides" / "serving.md").read_text(encoding="utf-8")
+    table = guide.split("### `POST /translate`", 1)[1].split("The server rejects any other field", 1)[0]
+    listed = re.findall(r"^\| `(\w+)` \|", table, flags=re.M)
+    assert sorted(listed) == sorted(TranslateRequest.model_fields)
+
+
 @pytest.mark.parametrize("flag,compiles", [("auto", True), ("on", True), ("off", False)])
 def test_serve_starts_listening_with_its_compilation_under_way(checkpoint, monkeypatch, flag, compiles):  # noqa: F811
     monkeypatch.setattr(compiled, "BACKEND", "eager")

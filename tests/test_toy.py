@@ -78,3 +78,21 @@ def test_write_toy_corpus_round_trips(tmp_path):
     for split in ("train", "validation", "test"):
         assert loaded[split]["src"] == expected[split]["src"]
         assert loaded[split]["tgt"] == expected[split]["tgt"]
+
+
+def test_the_toy_vocabulary_is_what_the_training_guide_says():
+    """The toy preset asks for 400 pieces, an upper bound: its corpus's number words and letters make 101
+    (SentencePiece with ``hard_vocab_limit`` off), and the training guide says so (it said "a 400-piece
+    vocabulary" while the log said 101)."""
+    from pathlib import Path
+
+    from seq2seq.config import PRESETS
+    from seq2seq.tokenizer import Tokenizer
+
+    train = toy_corpus()["train"]
+    asked = PRESETS["toy"]["data"]["vocab_size"]
+    pieces = Tokenizer.train([*train["src"], *train["tgt"]], asked).vocab_size
+    assert (asked, pieces) == (400, 101)
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "training.md").read_text(encoding="utf-8")
+    guide = " ".join(guide.split())
+    assert "at most 400 pieces" in guide and "(vocab 101)" in guide and "400-piece" not in guide

@@ -34,7 +34,8 @@ class DataConfig:
     max_len: int = option(0, "training filter: drop pairs with a side longer than this many words (0 = keep all)")
     max_len_ratio: float = option(0.0, "training filter: drop pairs whose word-length ratio exceeds this "
                                        "(0 = keep all)")
-    vocab_size: int = option(8000, "SentencePiece vocabulary size (joint source + target)")
+    vocab_size: int = option(8000, "SentencePiece vocabulary size (joint source + target), an upper "
+                                   "bound: a small corpus gives fewer pieces (the log says how many)")
     sp_model_type: Literal["unigram", "bpe"] = option("unigram", "SentencePiece model type")
     sp_input_sentence_size: int = option(2_000_000, "sentences sampled to train SentencePiece")
     max_tokens: int | None = option(None, "tokens per batch, padding included (per side); unset: sized for the "

@@ -81,6 +81,9 @@ def create_app(translator: Translator, settings: ServeSettings | None = None,
         if body.constraints is not None and len(body.constraints) != len(body.sentences):
             raise HTTPException(422, f"{len(body.constraints)} constraint lists for {len(body.sentences)} sentences; "
                                      "give one list of phrases per sentence ([] = none)")
+        if body.constraints and any(body.constraints) and translator.engine is not None:
+            raise HTTPException(422, f"constraints: this server's search is {translator.engine.name}'s, which has "
+                                     "no constrained search; start the server with --engine seq2seq to take them")
         prefixes = body.prefixes or [""] * len(body.sentences)
         constraints = [tuple(c) for c in body.constraints] if body.constraints else [()] * len(body.sentences)
         parsed = parse_markup(body)
