@@ -299,9 +299,11 @@ def test_the_converted_model_is_cached_beside_the_checkpoint_and_redone_when_it_
     Translator.from_checkpoint(own_run, engine="ctranslate2")
     assert converted == [1] and sorted(p.name for p in own_run.iterdir() if "ct2" in p.name) == ["best.ct2"]
     monkeypatch.setattr(engine.os, "access", lambda path, mode: False)  # a read-only run directory
-    monkeypatch.setattr(engine.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
-    Translator.from_checkpoint(own_run, engine="ctranslate2")
-    assert [p.name.split("-", 1)[1] for p in (tmp_path / "tmp" / "seq2seq-ct2").iterdir()] == ["best.ct2"]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (own_run / "best.pt").write_bytes((own_run / "best.pt").read_bytes())  # RUN/best.ct2 is stale now
+    Translator.from_checkpoint(own_run, engine="ctranslate2")  # converted into the user's cache instead
+    assert converted == [1, 1] and [p.name.split("-", 1)[1] for p in
+                                    (tmp_path / "cache" / "seq2seq" / "ctranslate2").iterdir()] == ["best.ct2"]
 
 
 def test_what_the_ctranslate2_engine_cannot_do_is_a_named_error_and_auto_falls_back(

@@ -361,6 +361,47 @@ def test_serve_runs_the_ctranslate2_engine_where_it_can_and_says_so(checkpoint, 
     assert body["translations"][0]["alignment"]["pharaoh_word"] is not None
 
 
+def test_serve_from_a_read_only_run_directory_converts_into_the_user_cache_and_says_where(
+        checkpoint, monkeypatch, tmp_path, caplog):  # noqa: F811
+    """The CTranslate2 engine needs the checkpoint converted; a run directory that cannot be written (here
+    chmod 555; root writes anyway, so for root the check is told so too) must not stop the server: the
+    conversion goes to $XDG_CACHE_HOME/seq2seq/ctranslate2/, nothing is written into the run directory,
+    and the log says where it went and why, before the server listens."""
+    pytest.importorskip("ctranslate2")
+    import shutil
+
+    from seq2seq.decoding import ctranslate2 as engine
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(checkpoint, run / "best.pt")
+    before = sorted(p.name for p in run.iterdir())
+    run.chmod(0o555)
+    if os.geteuid() == 0:  # permissions do not bind root: the directory reads as unwritable all the same
+        real = os.access
+        monkeypatch.setattr(engine.os, "access", lambda path, mode, **kw: (
+            False if Path(path) == run and mode & os.W_OK else real(path, mode, **kw)))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    started = {}
+    monkeypatch.setattr("seq2seq.serve.server.run_server",
+                        lambda translator, settings, host, port, quiet, compiling, backward: started.update(
+                            translator=translator))
+    try:
+        with caplog.at_level("INFO", logger="seq2seq"):
+            assert serve_cli.main(["--checkpoint", str(run), "--device", "cpu", "--engine", "ctranslate2",
+                                   "--quiet"]) == 0
+        assert sorted(p.name for p in run.iterdir()) == before  # no best.ct2, no temp directory
+    finally:
+        run.chmod(0o755)
+    [converted] = (tmp_path / "cache" / "seq2seq" / "ctranslate2").iterdir()
+    assert converted.name.endswith("-best.ct2") and (converted / "model.bin").is_file()
+    translator = started["translator"]
+    assert translator.engine.model_dir == converted
+    assert f"into {converted}, in the user cache directory, as {run} cannot be written" in caplog.text
+    with TestClient(create_app(translator, ServeSettings())) as client:
+        assert_good_request_works(client, translator)
+
+
 def test_a_server_running_ctranslate2s_search_refuses_constraints_as_a_bad_request(checkpoint, tmp_path):  # noqa: F811
     """CTranslate2 has no constrained search: a request with constraints is the client's to fix (422 saying
     which engine takes them), not a failed model call (500); one without any is translated."""

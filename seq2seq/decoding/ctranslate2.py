@@ -1,6 +1,7 @@
 """CTranslate2 as a decoding engine (``--engine ctranslate2``; the ``export`` extra): greedy and beam
 search run by CTranslate2's C++ runtime on the checkpoint converted into its format
-(``seq2seq.checkpoint.ctranslate2``) once and cached beside it (``cached_export``).
+(``seq2seq.checkpoint.ctranslate2``) once and cached beside it, or in the user's cache directory where
+its directory cannot be written (``cached_export``).
 
 Only the search changes engine. Everything around it stays the ``Translator``'s: tokenization,
 batching, empty lines, the length bound, the ``Translation`` records, and the attention and
@@ -29,7 +30,6 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
@@ -46,6 +46,8 @@ PROBE_STEPS = 24  # output steps of the thread-count probe (``CTranslate2Search.
 #: CTranslate2's ``compute_type`` for each ``--precision``
 COMPUTE_TYPES = {"fp32": "float32", "int8": "int8", "fp16": "float16", "bf16": "bfloat16"}
 SOURCE_FILE = "source.json"  # in a cached export: the checkpoint it was converted from (path, size, mtime)
+#: under the user's cache directory (``user_cache_dir``): the conversions of checkpoints in read-only directories
+CACHE_FOLDER = "ctranslate2"
 
 
 def unsupported(arch: str, members: int, shortlist: bool, normalizer: str) -> str | None:
@@ -70,30 +72,62 @@ def _stamp(path: Path) -> dict:
             "mtime_ns": max((s.st_mtime_ns for s in stats), default=0)}
 
 
+def user_cache_dir() -> Path:
+    """seq2seq's folder in the user's cache directory: ``$XDG_CACHE_HOME/seq2seq``, else ``~/.cache/seq2seq``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "seq2seq"
+
+
+def _fresh(cache: Path, source: dict) -> bool:
+    """Whether ``cache`` holds a whole conversion of the checkpoint ``source`` describes (``_stamp``)."""
+    try:
+        return json.loads((cache / SOURCE_FILE).read_text(encoding="utf-8")) == source
+    except (OSError, ValueError):
+        return False  # missing, partial or stale
+
+
 def cached_export(loaded) -> Path:
-    """The CTranslate2 directory of a read checkpoint (``LoadedCheckpoint``): ``NAME.ct2`` beside
-    its file (``RUN/best.pt`` -> ``RUN/best.ct2``), converted now if missing or older than the
-    checkpoint (its size and modification time are recorded in it), written whole or not at all.
-    Where the checkpoint's directory is read-only, a directory under the system's temp directory."""
-    from ..checkpoint.ctranslate2 import write_ctranslate2
+    """The CTranslate2 directory of a read checkpoint (``LoadedCheckpoint``), converted now if missing or
+    older than the checkpoint (its path, size and modification time are recorded in it), written whole or
+    not at all, and said in the log: where it is and why there.
+
+    Where: ``NAME.ct2`` beside the checkpoint's file (``RUN/best.pt`` -> ``RUN/best.ct2``), so that it goes
+    where the checkpoint goes; where that directory cannot be written (a read-only run directory, a shared
+    model folder), ``user_cache_dir()/ctranslate2/<hash of the checkpoint's path>-NAME.ct2``, one per
+    checkpoint, converted again when the checkpoint changes. Nothing is then written beside the checkpoint."""
     from ..checkpoint.file import checkpoint_file
-    from ..io_utils import atomic_directory
+    from ..errors import OutputError
 
     checkpoint = checkpoint_file(Path(loaded.path).resolve())
     source = _stamp(checkpoint)
-    cache = checkpoint.with_name(checkpoint.stem + ".ct2")
-    if not os.access(checkpoint.parent, os.W_OK):
-        digest = hashlib.sha256(str(checkpoint).encode("utf-8")).hexdigest()[:16]
-        cache = Path(tempfile.gettempdir()) / "seq2seq-ct2" / f"{digest}-{cache.name}"
-    try:
-        if json.loads((cache / SOURCE_FILE).read_text(encoding="utf-8")) == source:
+    beside = checkpoint.with_name(checkpoint.stem + ".ct2")
+    digest = hashlib.sha256(str(checkpoint).encode("utf-8")).hexdigest()[:16]
+    elsewhere = user_cache_dir() / CACHE_FOLDER / f"{digest}-{beside.name}"
+    for cache in (beside, elsewhere):
+        if _fresh(cache, source):
+            LOGGER.info("ctranslate2: using %s, the CTranslate2 conversion of %s made earlier", cache, checkpoint)
             return cache
-    except (OSError, ValueError):
-        pass  # missing, partial or stale: convert
+    if not os.access(checkpoint.parent, os.W_OK | os.X_OK):
+        return _convert(loaded, source, elsewhere, f"in the user cache directory, as {checkpoint.parent} cannot be "
+                                                   "written (nothing is written there)")
+    try:
+        return _convert(loaded, source, beside, "beside it")
+    except OutputError as exc:
+        return _convert(loaded, source, elsewhere, f"in the user cache directory, as writing beside it failed ({exc})")
+
+
+def _convert(loaded, source: dict, cache: Path, why: str) -> Path:
+    """Convert the checkpoint ``source`` describes into ``cache`` (``cached_export``), saying so first."""
+    from ..checkpoint.ctranslate2 import write_ctranslate2
+    from ..io_utils import atomic_directory
+
+    checkpoint = source["checkpoint"]
+    LOGGER.info("ctranslate2: converting %s into CTranslate2's format for its search, once (reused until the "
+                "checkpoint changes): into %s, %s", checkpoint, cache, why)
     with atomic_directory(cache, force=True, flag="--engine ctranslate2: the converted model") as out:
         write_ctranslate2(loaded, out)
         (out / SOURCE_FILE).write_text(json.dumps(source), encoding="utf-8")
-    LOGGER.info("ctranslate2 converted %s into %s", checkpoint, cache)
+    LOGGER.info("ctranslate2: converted %s into %s", checkpoint, cache)
     return cache
 
 
@@ -138,6 +172,7 @@ class CTranslate2Search:
 
         ctranslate2 = require_ctranslate2()
         self.tokenizer = tokenizer
+        self.model_dir = Path(model_dir)  # what it decodes with (``cached_export``'s conversion)
 
         def load(intra_threads: int):
             try:

@@ -61,10 +61,11 @@ def run_server(translator: Translator, settings: ServeSettings, host: str = "127
                             timeout_graceful_shutdown=int(settings.limits.request_timeout) + 10, lifespan="on")
     server = uvicorn.Server(config)
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    engine = {"engine": "seq2seq"} if translator.engine is None else {  # and the converted model it reads
+        "engine": translator.engine.name, "engine_model": translator.engine.model_dir}
     log("serve", url=url, arch=describe_arch(translator.model).replace(" ", ""), device=translator.device,
         max_batch_sentences=settings.limits.max_batch_sentences, max_wait_ms=settings.limits.max_wait_ms,
-        engine=translator.engine.name if translator.engine is not None else "seq2seq",
-        compiled=compiling.status if compiling else "off")
+        **engine, compiled=compiling.status if compiling else "off")
     signals: list[int] = []
     previous = {}
     if threading.current_thread() is threading.main_thread():
