@@ -133,6 +133,23 @@ def test_plot_dir_is_capped_with_a_message(checkpoint, tmp_path, capsys):
     assert len((tmp_path / "a.jsonl").read_text().splitlines()) == 3  # the export still has every sentence
 
 
+def test_translate_warns_once_when_inputs_with_text_translate_to_nothing(checkpoint, tmp_path, capsys):
+    """The shared checkpoint, 8 updates old, translates everything to an empty line (what an undertrained
+    model does): one warning at the end with the count of inputs with text (the empty line is not one);
+    an output that a --prefix starts is not empty."""
+    src, prefixes = tmp_path / "in.txt", tmp_path / "prefixes.txt"
+    src.write_text("seven\ntwenty-one\n\nnine hundred\n", encoding="utf-8")
+    prefixes.write_text("\nsieben\n\n\n", encoding="utf-8")
+    base = ["--checkpoint", str(checkpoint), "--input", str(src), "--beam-size", "2", "--quiet"]
+    assert translate_main([*base, "--output", str(tmp_path / "hyp")]) == 0
+    assert (tmp_path / "hyp").read_text(encoding="utf-8") == "\n" * 4  # as the test assumes: all empty
+    err = capsys.readouterr().err
+    warning = "non-empty inputs translated to empty outputs: the model may be undertrained"
+    assert err.count(warning) == 1 and f"3 of 3 {warning}" in err, err
+    assert translate_main([*base, "--output", str(tmp_path / "prefixed"), "--prefix", str(prefixes)]) == 0
+    assert f"2 of 3 {warning}" in capsys.readouterr().err
+
+
 def test_translate_eos_threshold_and_bad_layer(checkpoint, tmp_path, capsys):
     src = tmp_path / "in.txt"
     src.write_text("twenty-one\n", encoding="utf-8")

@@ -89,3 +89,21 @@ def test_a_validation_updates_the_best_and_counts_those_without_improvement():
     p.step = 300
     assert decisions.record_validation(p, 21.5)
     assert (p.best_bleu, p.best_step, p.evals_without_improvement) == (21.5, 300, 0)
+
+
+@pytest.mark.parametrize("step, stopped, advice", [
+    (23, "max_minutes", "a larger --max-minutes"),  # issue 64: 23 updates in 4 minutes on a busy machine
+    (99, "max_epochs", "a larger --max-epochs"),
+    (40, "early_stopping", "a larger --patience"),
+    (100, "max_minutes", None),  # enough (FEW_UPDATES = 100)
+    (23, "max_steps", None),  # stopped where it was told to
+    (23, "interrupted", None),
+])
+def test_a_run_stopped_after_few_updates_is_warned_with_how_to_train_longer(step, stopped, advice):
+    warning = decisions.few_updates_warning(Progress(step=step, stopped=stopped, elapsed=240.0))
+    if advice is None:
+        assert warning is None
+        return
+    assert warning.startswith(f"the run stopped ({stopped}) after {step} updates in 4.0 minutes, fewer than the 100 ")
+    assert advice in warning
+    assert ("--max-steps" in warning) == (stopped != "early_stopping")  # a step budget, where time or epochs stopped it

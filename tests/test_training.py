@@ -228,6 +228,34 @@ def test_eval_every_minutes_validates_on_a_fixed_grid_of_the_run_clock_across_a_
     assert validated_steps(tmp_path / "none") == []  # neither flag: the run never validates
 
 
+def test_a_run_the_clock_stops_after_few_updates_warns_and_so_do_its_empty_test_outputs(tmp_path, monkeypatch,
+                                                                                        caplog):
+    """Issue 64: a --max-minutes run that made 23 updates ended with test BLEU 0.00 and empty translations
+    and said nothing. Here each update takes 30 s of a fake clock, so one minute stops the run at 2 updates:
+    it warns how to train longer, and counts the test sources its model translated to nothing."""
+    import seq2seq.training.trainer as trainer_module
+
+    clock = SteppedClock(step_s=30.0)
+    monkeypatch.setattr(trainer_module, "time", clock)
+    original = Trainer.train_step
+
+    def timed_step(self, group):
+        clock.now += clock.step_s
+        return original(self, group)
+
+    monkeypatch.setattr(Trainer, "train_step", timed_step)
+    run = tmp_path / "run"
+    with caplog.at_level("INFO", logger="seq2seq"):
+        result = train(tiny_config(run, max_steps=0, max_minutes=1.0, eval_every=0), quiet=True, final_test=True)
+    assert (result.progress.stopped, result.progress.step) == ("max_minutes", 2)
+    assert ("the run stopped (max_minutes) after 2 updates in 1.0 minutes, fewer than the 100 a model needs"
+            in caplog.text) and "a larger --max-minutes" in caplog.text
+    hypotheses = (run / "test.hyp").read_text(encoding="utf-8").splitlines()  # counted here, not by the code
+    empty = sum(1 for src, hyp in zip(TOY_TEST["src"], hypotheses) if src.strip() and not hyp.strip())
+    assert empty > 0  # two updates do not make a translator
+    assert f"{empty} of {len(TOY_TEST)} non-empty test sources translated to empty outputs" in caplog.text
+
+
 def test_existing_run_needs_resume(tmp_path):
     train(tiny_config(tmp_path / "run", max_steps=2, eval_every=0), quiet=True)
     with pytest.raises(UserError, match="--resume"):

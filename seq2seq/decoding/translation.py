@@ -72,3 +72,27 @@ class Translation:
         return AlignmentRecord.build(index, self.source, self.text, self.src_pieces, self.tgt_pieces,
                                      self.attention, layer=layer, heads=heads, include_eos=include_eos,
                                      method=method, threshold=threshold)
+
+
+@dataclass
+class EmptyOutputs:
+    """Counts the inputs with text that translated to an empty output, the mark of an undertrained model
+    (it learnt that EOS is likely before anything else): ``add`` each batch of translations, then
+    ``warning``."""
+
+    inputs: int = 0  # inputs with text
+    empty: int = 0  # of them, translated to an empty output
+
+    def add(self, translations: list[Translation]) -> None:
+        for translation in translations:
+            if translation.source.strip():
+                self.inputs += 1
+                self.empty += not translation.text.strip()
+
+    def warning(self, what: str = "non-empty inputs") -> str | None:
+        """The warning ("3 of 10 non-empty inputs translated to empty outputs: ..."; ``what`` names the
+        inputs), or None when none came out empty."""
+        if not self.empty:
+            return None
+        return (f"{self.empty} of {self.inputs} {what} translated to empty outputs: the model may be undertrained "
+                "(train it longer: more updates)")

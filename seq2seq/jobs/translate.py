@@ -32,6 +32,7 @@ from ..decoding.ensemble import EnsembleModel
 from ..decoding.forced_alignment import BackwardAligner
 from ..decoding.document import page_or_lines, translate_document
 from ..decoding.markup import MODES as MARKUP_MODES, mark_translations, parse, parse_lines, plain_prefixes
+from ..decoding.translation import EmptyOutputs
 from ..decoding.translator import Translation, Translator
 from ..config import AlignConfig, AttributionConfig, DecodeConfig
 from ..errors import UserError
@@ -114,6 +115,7 @@ def translate_stream(job: TranslateJob) -> int:
         prefixes = plain_prefixes(prefixes, job.markup)
     constraints = None if constraint_lines is None else [line.split("\t") for line in constraint_lines]
     texts: list[str] = []  # kept only for --reference scoring
+    empty = EmptyOutputs()  # inputs with text translated to nothing: said once, at the end
     done = 0
     with ExitStack() as stack:
         out = stack.enter_context(atomic_output(job.output))
@@ -141,8 +143,11 @@ def translate_stream(job: TranslateJob) -> int:
                 sink.add(results, first_index=done)
             if references is not None:
                 texts.extend(r.text for r in results)
+            empty.add(results)
             done += len(results)
         _check_per_line(per_line, job.input, done, final=True)  # inside the block: nothing is written
+    if empty.warning():
+        LOGGER.warning(empty.warning())
     if references is not None:
         _print_scores(texts, references, job)
     return done

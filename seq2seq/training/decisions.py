@@ -8,7 +8,8 @@ Validation: every ``eval_every`` steps and/or at the first step after each multi
 shift it), and once more at the end if the last step was not validated. ``last.pt``: at every
 validation, every ``save_every`` steps or ``save_every_minutes`` of wall time, and at the end. Stops:
 ``max_steps``, ``max_epochs``, ``max_minutes`` (the run's clock), ``patience`` validations without a
-better BLEU (early stopping), or an interrupt.
+better BLEU (early stopping), or an interrupt. A run that a limit stops after fewer than ``FEW_UPDATES``
+updates is warned about (``few_updates_warning``): its model cannot translate yet.
 """
 from __future__ import annotations
 
@@ -16,6 +17,16 @@ import math
 from typing import Any
 
 from ..config import TrainConfig
+
+#: Fewer updates than this and a run's model has not learnt to translate: the toy preset trains 1,000 for its
+#: test BLEU of 100 (docs/guides/training.md), a Multi30k run thousands; after a few dozen the outputs are
+#: empty or one word repeated and test BLEU is 0 (1 update of the toy preset: "forty forty ...", 8 of the
+#: tests' tiny Transformer: every output empty).
+FEW_UPDATES = 100
+#: How to train longer, by what stopped the run (``few_updates_warning``)
+LONGER = {"max_minutes": "a larger --max-minutes (on a slow or busy machine each update takes longer), or "
+                         "--max-steps N with --max-minutes 0 for a budget of updates instead of time",
+          "max_epochs": "a larger --max-epochs, or --max-steps N", "early_stopping": "a larger --patience"}
 
 
 def limit_reached(progress: Any, train: TrainConfig) -> str:
@@ -101,3 +112,14 @@ def record_validation(progress: Any, bleu: float) -> bool:
     else:
         progress.evals_without_improvement += 1
     return improved
+
+
+def few_updates_warning(progress: Any) -> str | None:
+    """Why a finished run's model will not translate yet, if it stopped after fewer than ``FEW_UPDATES``
+    updates, and how to train longer; None otherwise, and for runs that stopped where they were told to
+    (``--max-steps``) or were interrupted."""
+    if progress.step >= FEW_UPDATES or progress.stopped not in LONGER:
+        return None
+    return (f"the run stopped ({progress.stopped}) after {progress.step} updates in {progress.elapsed / 60:.1f} "
+            f"minutes, fewer than the {FEW_UPDATES} a model needs to start translating: expect a test BLEU near 0 "
+            f"and empty or repeated outputs; train longer: {LONGER[progress.stopped]}")

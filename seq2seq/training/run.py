@@ -11,6 +11,7 @@ from typing import Any
 from ..checkpoint.file import holds_checkpoints, load_checkpoint
 from ..checkpoint.loaded import LoadedCheckpoint
 from ..config import RESUME_FIELDS, RunConfig
+from ..decoding.translation import EmptyOutputs
 from ..decoding.translator import Translator
 from ..errors import OutputError, UserError
 from ..io_utils import make_directory
@@ -25,7 +26,7 @@ from ..runtime import (
     resolve_precision,
     seed_everything,
 )
-from . import distributed
+from . import decisions, distributed
 from .corpus import StreamingCorpus
 from .optim import check_schedule
 from .tensorboard import check_log_dir
@@ -122,6 +123,9 @@ def _train(cfg: RunConfig, resume: bool, quiet: bool, final_test: bool) -> Train
         return result
     if final_test and progress.stopped != "interrupted" and len(corpus.splits.get("test", [])):
         result.test_scores = test_best_checkpoint(trainer, out)
+    too_few = decisions.few_updates_warning(progress)  # last: beside the test scores it explains
+    if too_few:
+        log("warning", message=too_few)
     try:
         write_summary(result)
     except OutputError as exc:  # the checkpoints are written: say so, and how to finish
@@ -214,6 +218,11 @@ def test_best_checkpoint(trainer: Trainer, out: Path, beam_size: int = 5, plots:
     plot_records([t.alignment_record(i) for i, t in enumerate(examples)], out / "plots")
     log("test", beam=beam_size, **{name: round(s.score, 2) for name, s in scores.items()},
         hypotheses=out / "test.hyp", plots=out / "plots")
+    empty = EmptyOutputs()
+    empty.add(hyps)
+    message = empty.warning("non-empty test sources")
+    if message:
+        log("warning", message=f"{message} ({out / 'test.hyp'})")
     return scores
 
 
