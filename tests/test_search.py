@@ -6,6 +6,7 @@ import torch
 
 from seq2seq.config import DecodeConfig
 from seq2seq.errors import UserError
+from seq2seq.models.base import EncoderDecoder
 from seq2seq.decoding.search import beam_search, greedy_search, length_penalty_gnmt, max_lengths, translate_batch
 from test_models import BOS, EOS, PAD, VOCAB, make_model, trained_once, single
 
@@ -111,6 +112,55 @@ def test_beam_search_equals_textbook_beam_search(model, batch, alpha):
         assert [h.tokens for h in sentence] == [tokens for tokens, _, _ in expected]
         for h, (_, log_prob, score) in zip(sentence, expected):
             assert h.log_prob == pytest.approx(log_prob, abs=1e-4) and h.score == pytest.approx(score, abs=1e-4)
+
+
+class _Bigram(EncoderDecoder):
+    """A scripted model: the next token's distribution depends on the previous token only, given as a
+    table of probabilities (rows: previous token, columns: next token); the source is ignored."""
+
+    def __init__(self, table: dict[int, dict[int, float]]) -> None:
+        super().__init__()
+        self.anchor = torch.nn.Parameter(torch.zeros(1))  # a device for the scoring helpers
+        probs = torch.full((VOCAB, VOCAB), 1e-6)
+        for previous, row in table.items():
+            for token, p in row.items():
+                probs[previous, token] = p
+        self.register_buffer("log_p", (probs / probs.sum(1, keepdim=True)).log())
+
+    def encode(self, src, src_mask):
+        return {"rows": src_mask[:, :1].float()}
+
+    def init_state(self, memory, max_steps=None):
+        return {}
+
+    def decode_step(self, memory, state, tokens, need_attention=True, output_weight=None):
+        return self.log_p[tokens], state, None
+
+    def forward(self, src, src_mask, tgt_in, need_attention=False, attention_layer=None, src_lengths=None):
+        return self.log_p[tgt_in], None
+
+
+def test_a_sentence_is_not_done_while_a_live_beam_scores_above_its_finished_ones():
+    """Early EOS endings fill the k best candidates (p(EOS) = 0.1 after every word) while the live beam
+    goes on to 4 5 6 EOS at log P = 3 log 0.85 + log 0.95. Stopping once k hypotheses have finished
+    (the old rule) returned the empty output or "4" (log P -2.3, -2.5); the search must find greedy's
+    output, whose score is far above them."""
+    rest = lambda *tokens: {t: 0.05 / len(tokens) for t in tokens}  # noqa: E731
+    model = _Bigram({BOS: {4: 0.85, EOS: 0.1, **rest(5, 6, 7)}, 4: {5: 0.85, EOS: 0.1, **rest(4, 6, 7)},
+                     5: {6: 0.85, EOS: 0.1, **rest(4, 5, 7)}, 6: {EOS: 0.95, **rest(4, 5, 7)},
+                     7: {EOS: 0.5, 7: 0.4, **rest(4, 5, 6)}}).eval()
+    src = torch.tensor([[4, 5, 6, EOS]])
+    expected = 3 * math.log(0.85) + math.log(0.95)
+    (greedy,), = greedy_search(model, src, src != PAD, need_attention=False)
+    assert greedy.tokens == [4, 5, 6] and greedy.log_prob == pytest.approx(expected, abs=1e-4)
+    for k in (2, 3, 5):
+        for alpha in (0.0, 1.0):
+            best = beam_search(model, src, src != PAD, beam_size=k, n_best=k, length_penalty=alpha,
+                               need_attention=False)[0]
+            assert best[0].tokens == [4, 5, 6], (k, alpha, [h.tokens for h in best])
+            assert best[0].score == pytest.approx(expected / _gnmt(4, alpha), abs=1e-4)
+            scores = [h.score for h in best]  # the k best finished, a better ending replacing a worse
+            assert len(best) == k and scores == sorted(scores, reverse=True)
 
 
 def test_beam_not_worse_than_greedy(model, batch):
