@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import json
+import pickle
 
+import numpy as np
 import pytest
 import torch
+from conftest import run_main
 
 from seq2seq.cli import main as seq2seq_main
 from seq2seq.decoding.translator import Translator
@@ -120,3 +123,55 @@ def test_a_run_keeps_its_best_and_newest_checkpoints_and_seq2seq_average_combine
                          "--output", str(tmp_path / "x.pt")]) == 2
     assert "different models (arch: 'transformer' vs 'rnn'" in capsys.readouterr().err
     assert not (tmp_path / "x.pt").exists()
+
+
+# ----------------------------------------------------------------------------- what is not a checkpoint
+
+
+def _not_checkpoints(directory, tokenizer) -> dict:
+    """Files a user may pass as --checkpoint by mistake, in a run directory that has a checkpoint."""
+    run = directory / "run"
+    run.mkdir()
+    save_checkpoint(run / "best.pt", fake_payload(1.0, 5))
+    tokenizer.save(run / "spm.model")
+    (directory / "text.txt").write_text("eins\nzwei\n", encoding="utf-8")
+    whole = (run / "best.pt").read_bytes()
+    (directory / "truncated.pt").write_bytes(whole[: len(whole) // 2])
+    torch.save({"weights": np.zeros(3)}, directory / "foreign.pt")  # weights_only refuses numpy arrays
+    with open(directory / "pickled.pt", "wb") as handle:
+        pickle.dump({"weights": [1.0]}, handle)  # plain pickle: torch's message advises weights_only=False
+    (directory / "empty.pt").write_bytes(b"")
+    return {"spm": run / "spm.model", "text": directory / "text.txt", "truncated": directory / "truncated.pt",
+            "foreign": directory / "foreign.pt", "pickled": directory / "pickled.pt", "empty": directory / "empty.pt"}
+
+
+@pytest.mark.parametrize("kind", ["spm", "text", "truncated", "foreign", "pickled", "empty"])
+def test_a_file_that_is_no_checkpoint_says_what_was_expected_never_to_unpickle(tmp_path, tiny_tokenizer, kind):
+    path = _not_checkpoints(tmp_path, tiny_tokenizer)[kind]
+    code, out, err = run_main(["translate", "--checkpoint", str(path)], stdin="eins\n")
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert err.startswith(f"error: checkpoint {path}: ") and err.count("\n") == 1
+    assert "expected a .pt checkpoint written by seq2seq train, a run directory" in err
+    assert "model directory written by seq2seq export" in err
+    for advice in ("weights_only", "Weights only", "can still be loaded", "trust the source"):  # torch's
+        assert advice not in err
+    if kind == "spm":  # the run directory it lies in is what to pass
+        assert f"pass the run directory {path.parent}" in err
+
+
+def test_a_run_directory_before_its_first_checkpoint_says_so_and_what_was_looked_for(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("model:\n  arch: rnn\n", encoding="utf-8")  # what train writes first
+    for argv in (["translate", "--checkpoint", str(run)],
+                 ["export", "--format", "safetensors", str(run), str(tmp_path / "out")]):
+        code, _, err = run_main(argv, stdin="eins\n")
+        assert code == 2 and "Traceback" not in err
+        assert f"checkpoint {run}: the run directory holds no checkpoint yet" in err
+        assert f"looked for {run / 'best.pt'} and {run / 'last.pt'}" in err and "--save-every" in err
+    assert not (tmp_path / "out").exists()
+    other = tmp_path / "other"  # neither a run directory nor an exported model
+    other.mkdir()
+    with pytest.raises(UserError, match=r"a directory without a checkpoint \(looked for .*best.pt and .*last.pt, "
+                                        r"and for an exported model .*model.safetensors\); expected"):
+        load_checkpoint(other)

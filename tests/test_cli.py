@@ -13,6 +13,8 @@ import pytest
 import run_shared
 from conftest import run_main
 
+from seq2seq.cli import COMMANDS
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -261,7 +263,9 @@ def test_a_translate_error_as_a_user_meets_it(tmp_path):
     proc = run("translate.py", "--checkpoint", str(tmp_path / "nowhere.pt"), stdin="seven\n")
     assert proc.returncode == 2
     missing = tmp_path / "nowhere.pt"
-    assert proc.stderr.strip() == f"error: checkpoint {missing}: no such file (pass a .pt file or a run directory)"
+    assert proc.stderr.strip() == (f"error: checkpoint {missing}: no such file; expected a .pt checkpoint written by "
+                                   "seq2seq train, a run directory (its best.pt, else last.pt) or a model directory "
+                                   "written by seq2seq export")
 
 
 def test_run_config_yaml_reproduces_the_runs_config(checkpoint):
@@ -307,6 +311,42 @@ def test_train_errors_are_clear(tmp_path, args, message, monkeypatch):
                              *([str(tmp_path / "run")] if "--resume" not in args else [])])
     assert code == 2, err
     assert message in err and "Traceback" not in err
+
+
+def test_a_flag_is_taken_only_as_spelled_in_full(tmp_path, monkeypatch):
+    """``--max-step`` was argparse's abbreviation of ``--max-steps``: a typo that trained silently."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_main(["train", "--max-step", "10", "--output-dir", str(tmp_path / "run")])
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert err.rstrip().endswith("seq2seq train: error: unrecognized argument --max-step; did you mean --max-steps?")
+    assert not (tmp_path / "run").exists()  # nothing trained
+    code, _, err = run_main(["train", "--max-step", "10", "stray"])
+    assert code == 2 and "unrecognized argument --max-step; did you mean --max-steps?" in err  # flags first
+    code, _, err = run_main(["train", "stray"])
+    assert code == 2 and "seq2seq train: error: unrecognized arguments: stray" in err  # argparse's own
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_subcommand_refuses_an_abbreviation_and_names_the_nearest_flag(command):
+    code, out, err = run_main([command, "--hel"])  # argparse took it for --help and exited 0
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert f"seq2seq {command}: error: unrecognized argument --hel; did you mean --help?" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["translate", "--checkpoint", "x.pt", "--beam-sise", "3"], "unrecognized argument --beam-sise; did you mean "
+                                                                "--beam-size?"),
+    (["translate", "--checkpoint", "x.pt", "--beam-sise=3", "--lenght-penalty", "1"],
+     "unrecognized arguments --beam-sise (did you mean --beam-size?), --lenght-penalty (did you mean "
+     "--length-penalty?)"),
+    (["translate", "--checkpoint", "x.pt", "--frobnicate"], "unrecognized argument --frobnicate\n"),
+    (["translate", "--chekpoint", "x.pt"], "unrecognized argument --chekpoint; did you mean --checkpoint?"),
+    (["trian"], "unknown command 'trian'; did you mean 'train'?"),
+])
+def test_an_unknown_flag_or_command_is_answered_with_the_nearest_valid_one(argv, message):
+    code, _, err = run_main(argv)
+    assert code == 2 and "Traceback" not in err
+    assert message in err
 
 
 def test_config_file_with_unknown_key(tmp_path):

@@ -149,7 +149,7 @@ def test_corrupt_checkpoint_leaves_no_output(tmp_path, capsys):
     bad.write_bytes(b"not a checkpoint")
     for fmt in ("safetensors", "ctranslate2"):
         assert export_main(["--format", fmt, str(bad), str(tmp_path / "out")]) == 2
-        assert "cannot be read as a seq2seq checkpoint" in capsys.readouterr().err
+        assert "not a seq2seq checkpoint (not a file that torch.save writes)" in capsys.readouterr().err
         assert not (tmp_path / "out").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["best.pt"]  # no temp directory left behind either
 

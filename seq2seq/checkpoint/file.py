@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,6 @@ from ..io_utils import atomic_output
 from .parts import BEST, LAST
 
 FORMAT_VERSION = 1
-
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
@@ -86,25 +86,75 @@ def compile_cache_beside(path: str | Path) -> Path | None:
     return folder if os.access(folder, os.W_OK | os.X_OK) else None
 
 
+#: What every ``--checkpoint`` takes, for the messages that refuse something else.
+EXPECTED = ("expected a .pt checkpoint written by seq2seq train, a run directory (its best.pt, else last.pt) "
+            "or a model directory written by seq2seq export")
+_ZIP_MAGIC = b"PK\x03\x04"  # torch.save writes a zip archive
+
+
+def _no_checkpoint_in(directory: Path) -> UserError:
+    """Why a directory that is neither a run directory with a checkpoint nor an exported model is refused."""
+    from .safetensors import WEIGHTS
+
+    looked = f"looked for {directory / BEST} and {directory / LAST}"
+    if (directory / "config.yaml").is_file():
+        return UserError(f"checkpoint {directory}: the run directory holds no checkpoint yet ({looked}); "
+                         "training writes last.pt at its first validation (--eval-every, --eval-every-minutes) "
+                         "or save (--save-every, --save-every-minutes) and when it ends, best.pt at its first "
+                         "validation")
+    return UserError(f"checkpoint {directory}: a directory without a checkpoint ({looked}, and for an exported "
+                     f"model {directory / WEIGHTS}); {EXPECTED}")
+
+
+def _not_a_checkpoint(path: Path, what: str, beside: bool = False) -> UserError:
+    """A file that cannot be a checkpoint: ``what`` it is and what was expected; ``beside``: the file is
+    no torch file at all, so when it lies in a run directory with a checkpoint (``RUN/spm.model``), that
+    run directory is what to pass."""
+    hint = ""
+    if beside and holds_checkpoints(path.parent):
+        hint = f"; to read the checkpoint of the run it lies in, pass the run directory {path.parent}"
+    return UserError(f"checkpoint {path}: {what}; {EXPECTED}{hint}")
+
+
+def _read_payload(path: Path) -> Any:
+    """``torch.load`` of ``path`` without unpickling code; a file that is not one torch.save wrote, or that
+    holds more than tensors and plain data, is a UserError that says what was expected (never torch's own
+    advice to load it with ``weights_only=False``)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(_ZIP_MAGIC))
+    except OSError as exc:
+        raise UserError(f"checkpoint {path}: cannot be read ({exc.strerror or exc})") from None
+    if not head:
+        raise _not_a_checkpoint(path, "an empty file (a save that never finished?)")
+    if head != _ZIP_MAGIC:
+        raise _not_a_checkpoint(path, "not a seq2seq checkpoint (not a file that torch.save writes)", beside=True)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise _not_a_checkpoint(path, "not a seq2seq checkpoint: it holds Python objects besides tensors and "
+                                      "plain data, which seq2seq never loads (unpickling them can run code)") from None
+    except Exception:
+        raise _not_a_checkpoint(path, "cannot be read as a seq2seq checkpoint: truncated or corrupt (a save "
+                                      "or copy that did not finish?)") from None
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Load a checkpoint (a .pt file, a run directory: its best.pt, else last.pt, or an exported
-    safetensors directory) safely; any problem becomes a UserError naming the file."""
-    path = checkpoint_file(path)
+    safetensors directory) safely; any problem becomes a UserError naming the file and what was expected."""
+    given = Path(path)
+    path = checkpoint_file(given)
     if path.is_dir():
         from .safetensors import read_safetensors
 
         return read_safetensors(path)
+    if given.is_dir() and not path.is_file():
+        raise _no_checkpoint_in(given)
     if not path.is_file():
-        raise UserError(f"checkpoint {path}: no such file (pass a .pt file or a run directory)")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise UserError(
-            f"checkpoint {path}: cannot be read as a seq2seq checkpoint ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0][:200]}); it may be truncated, corrupt or not a checkpoint"
-        ) from None
+        raise UserError(f"checkpoint {path}: no such file; {EXPECTED}")
+    payload = _read_payload(path)
     if not isinstance(payload, dict) or "format_version" not in payload:
-        raise UserError(f"checkpoint {path}: not a seq2seq checkpoint (no format_version)")
+        raise _not_a_checkpoint(path, "not a seq2seq checkpoint (no format_version: written by another program?)")
     version = payload["format_version"]
     if version != FORMAT_VERSION:
         raise UserError(

@@ -32,8 +32,14 @@ class LoadedCheckpoint:
     @classmethod
     def from_payload(cls, path: str | Path, payload: dict[str, Any], source: str | None = None) -> "LoadedCheckpoint":
         """An already loaded payload; errors name ``source`` (default: "checkpoint PATH")."""
-        config = RunConfig.from_dict(payload["config"], source=source or f"checkpoint {path}")
-        return cls(Path(path), payload, config, Tokenizer.from_bytes(tensor_to_bytes(payload["tokenizer"])))
+        source = source or f"checkpoint {path}"
+        config = RunConfig.from_dict(payload["config"], source=source)
+        try:
+            tokenizer = Tokenizer.from_bytes(tensor_to_bytes(payload["tokenizer"]))
+        except (UserError, AttributeError, TypeError) as exc:  # not the uint8 tensor seq2seq train stores
+            raise UserError(f"{source}: its 'tokenizer' is not a SentencePiece model ({exc}); the file is not a "
+                            "checkpoint written by seq2seq train, or it is damaged") from None
+        return cls(Path(path), payload, config, tokenizer)
 
     def build_model(self) -> EncoderDecoder:
         """The model the config describes, with the checkpoint's weights (fp32, on the CPU)."""

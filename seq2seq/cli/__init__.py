@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from .common import VOCABULARY, add_config_flags, build_run_config, config_from_flags, run_cli
+from .common import VOCABULARY, add_config_flags, build_run_config, config_from_flags, nearest, run_cli
 
 __all__ = ["main", "run_cli", "add_config_flags", "build_run_config", "config_from_flags", "COMMANDS"]
 
@@ -46,8 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
-        print(f"error: unknown command {command!r}; choose one of {', '.join(COMMANDS)} "
-              "(seq2seq --help)", file=sys.stderr)
+        near = nearest(command, COMMANDS)
+        print(f"error: unknown command {command!r}; " + (f"did you mean {near!r}? " if near else "")
+              + f"choose one of {', '.join(COMMANDS)} (seq2seq --help)", file=sys.stderr)
         return 2
     module = importlib.import_module(f"{__name__}.{command}")
     return module.main(rest)

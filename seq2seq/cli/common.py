@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
+import re
 import sys
 import typing
-from typing import Any, Callable, Literal, TypeVar, get_type_hints
+from typing import Any, Callable, Iterable, Literal, TypeVar, get_type_hints
 
 from ..config import (
     ARCH_DEFAULTS, DEFAULT_BEAM_SIZE, DEFAULT_SHARES, FINE_TUNABLE, LINK_METHODS, MARKUP_SYMMETRIZATION,
@@ -88,9 +90,65 @@ class DeprecatedAlias(argparse.Action):
             namespace.align_chosen = True
 
 
+def nearest(name: str, choices: Iterable[str]) -> str | None:
+    """The valid name closest to a mistyped one (``--beam-sise`` -> ``--beam-size``), or None."""
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    return close[0] if close else None
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The parser of every subcommand: a flag is taken only as spelled in full (``--max-step`` is not
+    ``--max-steps``), and an unknown flag is answered with the nearest valid one (exit status 2), before
+    anything else is checked: a misspelled required flag is named as misspelled, not as missing."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+
+    def parse_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        unknown = self._unknown_flags(args)
+        if unknown:
+            self.error(self._unrecognized(unknown))
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:  # stray words: argparse's own message
+            self.error("unrecognized arguments: " + " ".join(extras))
+        return parsed
+
+    def _known(self) -> list[str]:
+        return [flag for action in self._actions for flag in action.option_strings]
+
+    def _unknown_flags(self, args: list[str]) -> list[str]:
+        """The words argparse would take for flags (as ``parse_known_args`` tells them from values) that
+        name none of this parser's, up to a ``--`` that ends the flags."""
+        known, unknown = set(self._known()), []
+        for arg in args:
+            if arg == "--":
+                break
+            if not arg.startswith("-") or arg == "-" or _NUMBER.match(arg):  # a value (or stdin's "-")
+                continue
+            name = arg.split("=", 1)[0]
+            short_with_value = not arg.startswith("--") and arg[:2] in known  # -n5
+            if name not in known and not short_with_value:
+                unknown.append(name)
+        return unknown
+
+    def _unrecognized(self, flags: list[str]) -> str:
+        shown = [action for action in self._actions if action.help != argparse.SUPPRESS]  # no deprecated alias
+        choices = [flag for action in shown for flag in action.option_strings]
+        named = [(flag, nearest(flag, choices)) for flag in flags]
+        if len(named) == 1:
+            flag, near = named[0]
+            return f"unrecognized argument {flag}" + (f"; did you mean {near}?" if near else "")
+        return "unrecognized arguments " + ", ".join(
+            flag + (f" (did you mean {near}?)" if near else "") for flag, near in named)
+
+
+_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # a negative number is a value, not a flag (as argparse)
+
+
 def parser_for(command: str, description: str) -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(prog=f"seq2seq {command}", description=description,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    return CommandParser(prog=f"seq2seq {command}", description=description,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 # ----------------------------------------------------------------------------- flags from dataclasses
@@ -222,7 +280,7 @@ def _trained_model(init_from: str, file_values: dict, flag_values: dict) -> dict
 
 def config_from_flags(flags: list[str]) -> RunConfig:
     """The RunConfig that ``seq2seq train`` would build from ``flags``."""
-    parser = argparse.ArgumentParser()
+    parser = CommandParser()
     parser.add_argument("--output-dir")
     add_config_flags(parser)
     return build_run_config(parser.parse_args(flags))
