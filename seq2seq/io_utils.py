@@ -1,5 +1,5 @@
 """Small I/O helpers: the one atomic writer, temp names beside a target, chunked line streams and
-the one markdown table renderer.
+the one markdown table renderer and the one way to write a count with its noun (``counted``).
 
 Every file the toolkit writes goes through a temp file in the target's directory, flushed to the
 disk (``fsync``) and then renamed over the target (``os.replace``, atomic on POSIX; the directory is
@@ -146,6 +146,13 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         handle.write(data)
 
 
+def counted(count: int | None, noun: str, nouns: str | None = None) -> str:
+    """``count`` with its noun in the right number: "1 line", "2 lines", "12,000 lines" (``nouns``: an
+    irregular plural, "hypotheses"); a count that is not a number (a key missing from an old config) as it is."""
+    number = f"{count:,}" if isinstance(count, int) else str(count)
+    return f"{number} {noun if count == 1 else nouns or noun + 's'}"
+
+
 def markdown_table(header: Sequence[object], rows: Iterable[Sequence[object]]) -> str:
     """A GitHub markdown table (no trailing newline); cells are written with ``str``."""
     lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
@@ -254,8 +261,9 @@ def read_parallel(source: str | Path, target: str | Path, source_flag: str = "--
         return f"{flag} {path}" if flag else str(path)
 
     if len(sources) != len(targets):
-        raise UserError(f"{named(source_flag, source)} has {len(sources)} lines but {named(target_flag, target)} "
-                        f"has {len(targets)}; the files must be line-aligned (one sentence per line)")
+        raise UserError(f"{named(source_flag, source)} has {counted(len(sources), 'line')} but "
+                        f"{named(target_flag, target)} has {len(targets)}; the files must be line-aligned (one "
+                        "sentence per line)")
     if not sources and not allow_empty:
         raise UserError(f"{named(source_flag, source)} is empty: give at least one sentence pair")
     return sources, targets

@@ -11,6 +11,7 @@ from typing import Sequence
 from sacrebleu.metrics import BLEU, CHRF, TER
 
 from .errors import UserError
+from .io_utils import counted
 
 
 @dataclass
@@ -33,7 +34,7 @@ def corpus_scores(
     """Score detokenized hypotheses against one reference each; keys are the metric names asked for."""
     if len(hypotheses) != len(references):
         raise UserError(
-            f"{len(hypotheses)} hypotheses but {len(references)} references: "
+            f"{counted(len(hypotheses), 'hypothesis', 'hypotheses')} but {counted(len(references), 'reference')}: "
             "the reference file must have one line per input line"
         )
     results = {}

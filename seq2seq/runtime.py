@@ -166,13 +166,55 @@ class _CurrentStderr(logging.StreamHandler):
 
 #: The one logger: every module logs under ``seq2seq.*`` and every line reaches stderr through this
 #: one handler as its bare message. ``log`` writes the ``event key=value`` lines; library modules
-#: use ``logging.getLogger(__name__)``. Progress bars (tqdm) are separate and silenced by --quiet.
+#: use ``logging.getLogger(__name__)``. Progress bars (``progress_bar``) are separate and silenced by --quiet.
 LOGGER = logging.getLogger("seq2seq")
 if not any(isinstance(h, _CurrentStderr) for h in LOGGER.handlers):
     _handler = _CurrentStderr()
     _handler.setFormatter(logging.Formatter("%(message)s"))
     LOGGER.addHandler(_handler)
     LOGGER.setLevel(logging.INFO)
+
+
+#: Seconds between two updates of a progress bar written to a file or pipe (``seq2seq train > log 2>&1``):
+#: now and then a whole line, not an animation of one line per step.
+LOGGED_PROGRESS_INTERVAL = 60.0
+
+
+class _ProgressLines:
+    """A progress bar's stream when stderr is no terminal: each update tqdm draws (``\\r`` + the bar) is
+    written as one whole line, and the blank redraws that clear a bar are dropped."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        for part in text.replace("\r", "\n").split("\n"):
+            if part.strip():
+                self.stream.write(part.rstrip() + "\n")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
+
+
+def progress_bar(iterable: Any = None, **options: Any):
+    """The one way to make a progress bar (tqdm) on stderr, with tqdm's options (``desc``, ``unit``,
+    ``total``, ``disable``, ...). On a terminal it animates as tqdm does; written to a file or a pipe it
+    prints one plain line every ``LOGGED_PROGRESS_INTERVAL`` seconds (and when it ends, if ``leave``)."""
+    from tqdm import tqdm
+
+    stream = options.pop("file", None) or sys.stderr
+    if not _is_terminal(stream):
+        stream = _ProgressLines(stream)
+        options.update(mininterval=LOGGED_PROGRESS_INTERVAL, maxinterval=LOGGED_PROGRESS_INTERVAL,
+                       dynamic_ncols=False)  # maxinterval: tqdm's monitor would redraw every 10 s
+    return tqdm(iterable, file=stream, **options)
 
 
 def log(event: str, quiet: bool = False, **fields: Any) -> None:

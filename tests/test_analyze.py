@@ -234,7 +234,7 @@ def write(path: Path, lines: list[str]) -> Path:
 def test_bad_input_is_refused_and_writes_nothing(case, runs, corpus, tmp_path, capsys):
     files = {"--input": corpus["input"], "--reference": corpus["reference"], "--gold-alignments": corpus["gold"]}
     lines = corpus["gold"].read_text(encoding="utf-8").splitlines()
-    expected = {"gold-count": "gold.talp has 11 lines but there are 12",
+    expected = {"gold-count": "gold.talp has 11 lines for 12 sentence pairs",
                 "gold-index": "line 2: link 99-0 is outside",
                 "empty": "has no non-empty line",
                 "reference-count": "has 3 lines but --input",

@@ -318,7 +318,7 @@ def test_bad_inputs_are_user_errors(runs, test_set, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--reference" in err and "20 lines" in err and "Traceback" not in err
     assert main(compare_args([runs["rnn"], runs["rnn"]], test_set, out, "--names", "one")) == 2
-    assert "--names gives 1 names for 2 systems" in capsys.readouterr().err
+    assert "--names gives 1 name for 2 systems" in capsys.readouterr().err
     assert main(compare_args([runs["rnn"]], test_set, out, "--sentence-ids", "99")) == 2
     assert "0-based line numbers, 0..19" in capsys.readouterr().err
     bad_gold = tmp_path / "bad.talp"

@@ -161,7 +161,7 @@ def test_translate_command_reads_a_constraints_file(tmp_path, capsys):
     constraints.write_text("acht\n", encoding="utf-8")
     assert main(["translate", "--checkpoint", str(DATA / "rnn.pt"), "--input", str(source), "--constraints",
                  str(constraints), "--output", str(tmp_path / "short.txt"), "--device", "cpu"]) == 2
-    assert f"--constraints {constraints} has 1 lines but the input {source} has" in capsys.readouterr().err
+    assert f"--constraints {constraints} has 1 line but the input {source} has" in capsys.readouterr().err
     assert not (tmp_path / "short.txt").exists()
     assert main(["translate", "--checkpoint", str(DATA / "rnn.pt"), "--ordered-constraints"]) == 2
     assert "give --constraints too" in capsys.readouterr().err

@@ -73,5 +73,5 @@ def test_translate_exports_contrastive_attributions(tmp_path, capsys):
     assert main(["translate", "--checkpoint", str(DATA / "rnn.pt"), "--input", str(source), "--output",
                  str(tmp_path / "hyp3"), "--alignments", str(tmp_path / "a3.jsonl"), "--attribution", "gradient",
                  "--contrast", str(contrast)]) == 2
-    assert f"--contrast {contrast} has 1 lines but the input {source} has more" in capsys.readouterr().err
+    assert f"--contrast {contrast} has 1 line but the input {source} has more" in capsys.readouterr().err
     assert not (tmp_path / "hyp3").exists() and not (tmp_path / "a3.jsonl").exists()

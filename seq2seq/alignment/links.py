@@ -10,6 +10,7 @@ import numpy as np
 
 from ..config import SYMMETRIZATIONS, AlignConfig, link_share
 from ..errors import UserError
+from ..io_utils import counted
 from .matrices import Link, as_array, normalize_rows
 
 # ----------------------------------------------------------------------------- hard links
@@ -161,8 +162,8 @@ def read_gold_alignments(path: str | os.PathLike, sources: Sequence[str], target
     the whitespace-separated words of each source and target (0-based, source-target)."""
     sure, possible = read_pharaoh_file(path)
     if len(sure) != len(sources):
-        raise UserError(f"{flag} {path} has {len(sure)} lines but there are {len(sources)} sentence "
-                        "pairs; give one Pharaoh line (src-tgt word links) per pair")
+        raise UserError(f"{flag} {path} has {counted(len(sure), 'line')} for {counted(len(sources), 'sentence pair')}"
+                        "; give one Pharaoh line (src-tgt word links) per pair")
     for line, (links, src, tgt) in enumerate(zip(possible, sources, targets), start=1):
         n_src, n_tgt = len(src.split()), len(tgt.split())
         bad = sorted((i, j) for i, j in links if i >= n_src or j >= n_tgt)

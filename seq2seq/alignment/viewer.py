@@ -44,7 +44,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..errors import UserError
-from ..io_utils import atomic_output
+from ..io_utils import atomic_output, counted
 from .matrices import EOS, merge_to_words
 from .matrices import strip_eos
 
@@ -78,8 +78,8 @@ def _with_eos(pieces: list[str], n: int, side: str) -> list[str]:
     """``pieces`` plus the EOS label the raw array has (``n`` = its rows or columns)."""
     own = strip_eos(pieces)
     if n - len(own) not in (0, 1):
-        raise UserError(f"raw attention has {n} {side} positions for {len(own)} {side} pieces: the NPZ does "
-                        "not belong to this JSONL (pass the pair translate wrote, or --no-npz)")
+        raise UserError(f"raw attention has {counted(n, side + ' position')} for {counted(len(own), side + ' piece')}: "
+                        "the NPZ does not belong to this JSONL (pass the pair translate wrote, or --no-npz)")
     return own + [EOS] * (n - len(own))
 
 
@@ -142,7 +142,7 @@ def viewer_sentence(record: dict, attention: np.ndarray | None = None) -> dict:
             "attention needs the .npz beside the JSONL", record)}
     for method, entry in (record.get("attribution") or {}).items():
         _check_shapes(entry, f"attribution {method!r}: ", record)
-        steps = f", {entry['steps']} steps" if entry.get("steps") else ""
+        steps = f", {counted(entry['steps'], 'step')}" if entry.get("steps") else ""
         versus = f", why this rather than \"{entry['contrast']}\"" if entry.get("contrast") else ""
         views[method] = single_view(f"attribution: {method}{steps}{versus} (row-normalized importances)", entry)
     sentence = {"index": int(record["index"]), "source": str(record["source"]), "target": str(record["target"]),

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
+from ..io_utils import counted
 from .common import DeprecatedAlias, parser_for, run_cli
 
 
@@ -47,5 +48,5 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = checkpoint if checkpoint.is_dir() else checkpoint.parent
     output = Path(args.output) if args.output else run_dir / FILE_NAME
     build_from_text(tokenizer, src_lines, tgt_lines, args.max_pairs).save(output)
-    print(f"shortlist: {output} ({min(len(src_lines), args.max_pairs)} pairs)", file=sys.stderr)
+    print(f"shortlist: {output} ({counted(min(len(src_lines), args.max_pairs), 'pair')})", file=sys.stderr)
     return 0

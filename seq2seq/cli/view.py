@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
+from ..io_utils import counted
 from .common import parser_for, run_cli
 
 
@@ -47,5 +48,6 @@ def main(argv: list[str] | None = None) -> int:
         npz = jsonl.with_suffix(".npz")
     count = write_viewer(jsonl, output, npz=npz, title=args.title)
     if not args.quiet:
-        print(f"wrote {output} ({count} sentences{'' if npz else ', aggregate attention only'})", file=sys.stderr)
+        print(f"wrote {output} ({counted(count, 'sentence')}{'' if npz else ', aggregate attention only'})",
+              file=sys.stderr)
     return 0

@@ -18,6 +18,7 @@ import torch
 from datasets import Dataset
 
 from ..errors import UserError
+from ..io_utils import counted
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
 from .shapes import bucket_lengths
 
@@ -289,7 +290,7 @@ def make_batches(
     columns = dataset if isinstance(dataset, TokenColumns) else TokenColumns(dataset)
     if isinstance(sampler, TokenBatchSampler):
         if len(columns) != sampler.num_examples:
-            raise ValueError(f"sampler was built for {sampler.num_examples} examples, "
+            raise ValueError(f"sampler was built for {counted(sampler.num_examples, 'example')}, "
                              f"dataset has {len(columns)}")
         sampler = sampler.batches(epoch)
     for indices in sampler:

@@ -12,6 +12,7 @@ import numpy as np
 from datasets import DatasetDict
 
 from ..errors import UserError
+from ..io_utils import counted
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +95,9 @@ def require_pairs(stats: dict, sources: dict[str, str | None], max_len: int = 0,
             raise UserError(f"{where('train')}: no sentence pairs (the training data is empty); "
                             "give files or a dataset that hold parallel sentences")
         raise UserError(
-            f"{where('train')}: the training corpus is empty after cleaning: of {train['read']} pairs, "
-            f"{train['empty']} have an empty side, {train['too_long']} exceed --max-len {max_len}, "
-            f"{train['ratio']} exceed --max-len-ratio {max_len_ratio}; relax --max-len / "
+            f"{where('train')}: the training corpus is empty after cleaning: of {counted(train['read'], 'pair')}, "
+            f"{train['empty']} with an empty side, {train['too_long']} longer than --max-len {max_len}, "
+            f"{train['ratio']} beyond --max-len-ratio {max_len_ratio}; relax --max-len / "
             "--max-len-ratio (0 disables them) or check that the files hold text"
         )
     valid = stats.get("validation")

@@ -16,7 +16,7 @@ from pathlib import Path
 from datasets import Dataset
 
 from ..errors import UserError
-from ..io_utils import read_lines
+from ..io_utils import counted, read_lines
 
 FLAG = "--guided-alignment"
 
@@ -28,7 +28,8 @@ def attach_alignment_lines(train: Dataset, path: str | Path) -> Dataset:
     lines = read_lines(path, FLAG)
     if len(lines) != len(train):
         raise UserError(
-            f"{FLAG} {path} has {len(lines)} lines but the training data has {len(train)} sentence pairs "
+            f"{FLAG} {path} has {counted(len(lines), 'line')} but the training data has "
+            f"{counted(len(train), 'sentence pair')} "
             "(counted before cleaning); give one Pharaoh line of word links per training pair, in the order "
             "of the training data (an empty line for a pair without links), e.g. as seq2seq wordalign writes "
             f"them for the training files, or use {FLAG} eflomal")

@@ -12,7 +12,7 @@ from pathlib import Path
 from datasets import Dataset, DatasetDict, load_from_disk
 
 from ..config import DataConfig
-from ..io_utils import current_umask
+from ..io_utils import counted, current_umask
 from ..tokenizer import EOS_ID, Tokenizer, load_or_train_tokenizer
 from .corpus import corpus_fingerprint, corpus_texts, load_clean_corpus, raw_dir
 from .guided import alignment_fingerprint
@@ -67,7 +67,7 @@ def _load_checked(path: Path) -> DatasetDict:
     dd = _load_cached(path)
     for split, rows in expected.items():
         if len(dd[split]) != rows:
-            raise ValueError(f"{split} has {len(dd[split])} rows, the manifest says {rows}")
+            raise ValueError(f"{split} has {counted(len(dd[split]), 'row')}, the manifest says {rows}")
     return dd
 
 

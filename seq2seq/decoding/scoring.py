@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..io_utils import counted
 from ..models.base import EncoderDecoder
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -103,7 +104,7 @@ def teacher_force(model: EncoderDecoder, sources: Sequence[Sequence[int]], targe
     without BOS/EOS. The model runs in eval mode without autograd (its mode is restored). With
     ``need_scores=False`` only the attention is computed (the log-probabilities are None)."""
     if len(sources) != len(targets):
-        raise ValueError(f"teacher_force: {len(sources)} sources but {len(targets)} targets")
+        raise ValueError(f"teacher_force: {counted(len(sources), 'source')} but {counted(len(targets), 'target')}")
     device = model_device(model)
     log_probs: list[np.ndarray] = []
     attentions: list[np.ndarray] = []

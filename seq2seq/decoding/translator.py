@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import secrets
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -28,10 +27,11 @@ import torch
 from ..checkpoint.loaded import LoadedCheckpoint
 from ..config import DecodeConfig
 from ..errors import UserError
+from ..io_utils import counted
 from ..models.base import EncoderDecoder
 from ..models.compiled import BackgroundCompile, compile_decoding, compile_pays
 from ..nn.packed import pack_for_decoding
-from ..runtime import LOGGER, ieee_fp32, precision_warning, resolve_device, torch_threads
+from ..runtime import LOGGER, ieee_fp32, precision_warning, progress_bar, resolve_device, torch_threads
 from .scoring import pad_ids
 from .shortlist import FILE_NAME, Shortlist
 from .ensemble import EnsembleModel
@@ -278,9 +278,7 @@ class Translator:
                 results[i] = Translation(source=text, text="", tokens=[], score=0.0, log_prob=0.0)
         batches = [order[k:k + decode.batch] for k in range(0, len(order), decode.batch)]
         if progress:
-            from tqdm import tqdm
-
-            batches = tqdm(batches, desc="translate", unit="batch", file=sys.stderr)
+            batches = progress_bar(batches, desc="translate", unit="batch")
         ensemble = isinstance(self.model, EnsembleModel)
         for batch in batches:
             src = pad_ids([encoded[i] for i in batch], self.device)  # (batch, src_len)
@@ -330,8 +328,9 @@ class Translator:
         if prefix is None:
             return None
         if isinstance(prefix, (str, bytes)) or len(prefix) != count:
-            given = "one string" if isinstance(prefix, (str, bytes)) else f"{len(prefix)} prefixes"
-            raise UserError(f"--prefix: {given} for {count} sentences; give one prefix per sentence (\"\" = none)")
+            given = "one string" if isinstance(prefix, (str, bytes)) else counted(len(prefix), "prefix", "prefixes")
+            raise UserError(f"--prefix: {given} for {counted(count, 'sentence')}; give one prefix per sentence "
+                            "(\"\" = none)")
         if self._speller is None:
             self._speller = PrefixSpeller(self.tokenizer)
         steps = [self._speller.steps(text) for text in prefix]
@@ -348,9 +347,10 @@ class Translator:
         if constraints is None:
             return None
         if isinstance(constraints, (str, bytes)) or len(constraints) != count:
-            given = "one string" if isinstance(constraints, (str, bytes)) else f"{len(constraints)} constraint lists"
-            raise UserError(f"--constraints: {given} for {count} sentences; give one list of phrases per sentence "
-                            "([] = none)")
+            given = ("one string" if isinstance(constraints, (str, bytes))
+                     else counted(len(constraints), "constraint list"))
+            raise UserError(f"--constraints: {given} for {counted(count, 'sentence')}; give one list of phrases per "
+                            "sentence ([] = none)")
         result = []
         for phrases in constraints:
             if isinstance(phrases, (str, bytes)):

@@ -38,7 +38,7 @@ from ..decoding.forced_alignment import BackwardAligner, force_align_words
 from ..decoding.translator import Translator
 from ..config import ADAPT_LR, ADAPT_PAIRS, MODEL_SYMMETRIZATION, AlignConfig
 from ..errors import UserError
-from ..io_utils import atomic_output, markdown_table, read_parallel
+from ..io_utils import atomic_output, counted, markdown_table, read_parallel
 from ..runtime import LOGGER
 from ..training.adapt import adapt, pieces
 
@@ -100,7 +100,7 @@ def evaluate(job: AlignJob) -> dict[str, AlignmentScores]:
     if job.output:
         with atomic_output(job.output) as out:
             out.writelines(to_pharaoh(links) + "\n" for links in systems[chosen])
-        LOGGER.info(f"align: the {chosen} links of {len(sources)} sentence pairs written to {job.output}")
+        LOGGER.info(f"align: the {chosen} links of {counted(len(sources), 'sentence pair')} written to {job.output}")
     if sure is None or possible is None:
         return {}
     scores = {name: alignment_error_rate(links, sure, possible) for name, links in systems.items()}

@@ -36,7 +36,7 @@ from ..decoding.translation import EmptyOutputs
 from ..decoding.translator import Translation, Translator
 from ..config import AlignConfig, AttributionConfig, DecodeConfig
 from ..errors import UserError
-from ..io_utils import atomic_output, chunks, read_lines
+from ..io_utils import atomic_output, chunks, counted, read_lines
 from .outputs import write_jsonl, write_text
 from ..metrics import corpus_scores
 from ..runtime import LOGGER
@@ -159,8 +159,8 @@ def _check_per_line(per_line: dict[str, tuple[str, list[str]]], source: str | No
     for flag, (path, lines) in per_line.items():
         if seen > len(lines) or (final and seen != len(lines)):
             count = f"{seen}" if final else "more"
-            raise UserError(f"{flag} {path} has {len(lines)} lines but the input {_name(source)} has {count}; "
-                            "give one line per input line (an empty line: none)")
+            raise UserError(f"{flag} {path} has {counted(len(lines), 'line')} but the input {_name(source)} has "
+                            f"{count}; give one line per input line (an empty line: none)")
 
 
 def _name(path: str | None) -> str:
@@ -229,7 +229,7 @@ def _check_attribution(job: TranslateJob) -> None:
 
 def _print_scores(texts: list[str], references: list[str], job: TranslateJob) -> None:
     if len(texts) != len(references):
-        raise UserError(f"--reference {job.reference} has {len(references)} lines but the input "
+        raise UserError(f"--reference {job.reference} has {counted(len(references), 'line')} but the input "
                         f"{job.input} has {len(texts)}; they must match line by line")
     for score in corpus_scores(texts, references, ("bleu", "chrf")).values():
         print(str(score), file=sys.stderr)
@@ -298,8 +298,9 @@ class _alignment_sink:
                 if self.plottable <= self.job.max_plots:
                     self._plot(record, attributions)
                 elif self.plottable == self.job.max_plots + 1:  # thousands of files for a large input
-                    LOGGER.warning(f"--plot-dir: plotted the first {self.job.max_plots} sentences (--max-plots); "
-                                   "the rest are translated (and exported with --alignments) but not plotted")
+                    LOGGER.warning(f"--plot-dir: plotted the first {counted(self.job.max_plots, 'sentence')} "
+                                   "(--max-plots); the rest are translated (and exported with --alignments) but not "
+                                   "plotted")
 
     def _record(self, result: Translation, index: int):
         from ..alignment.records import AlignmentRecord

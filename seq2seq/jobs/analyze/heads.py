@@ -20,7 +20,6 @@ and translates a subset with each (the search of ``Translator.translate``).
 """
 from __future__ import annotations
 
-import sys
 from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -33,6 +32,7 @@ from ...metrics import corpus_bleu
 from ...models.base import EncoderDecoder
 from ...models.transformer import TransformerEncoderDecoder
 from ...nn.attention import MultiHeadAttention
+from ...runtime import progress_bar
 
 Head = tuple[int, int]  # (layer, head)
 
@@ -142,6 +142,4 @@ def progress(items: Sequence, desc: str, quiet: bool):
     """tqdm over ``items`` on stderr unless ``quiet``."""
     if quiet:
         return items
-    from tqdm import tqdm
-
-    return tqdm(items, desc=desc, unit="run", file=sys.stderr)
+    return progress_bar(items, desc=desc, unit="run")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...io_utils import counted
 from ..compare.render import fmt_parameters, md_escape, md_table
 from .stats import CLASSES
 
@@ -37,7 +38,7 @@ def summary_section(report: dict[str, Any]) -> list[str]:
     if any(m["aggregate_aer"] for m in models):
         rows.append(["AER ↓", *[num(m["aggregate_aer"]["aer"]) if m["aggregate_aer"] else DASH for m in models]])
     if any(m["importance"] and m["importance"]["bleu"] is not None for m in models):
-        rows.append([f"BLEU (first {report['settings']['bleu_sentences']} sentences)",
+        rows.append([f"BLEU (first {counted(report['settings']['bleu_sentences'], 'sentence')})",
                      *[num(m["importance"]["bleu"], ".2f") if m["importance"] else DASH for m in models]])
     s = report["settings"]
     return ["## Summary", "",
@@ -87,7 +88,7 @@ def heads_section(entry: dict[str, Any], settings: dict[str, Any]) -> list[str]:
             row += [num(imp["delta_bleu"][layer][head], "+.2f")] if imp and imp["delta_bleu"] is not None else []
             rows.append(row)
     lines = [f"## {md_escape(entry['name'])}: {entry['model']}", "",
-             f"{entry['sentences']:,} sentences, {entry['target_rows']:,} target positions; "
+             f"{counted(entry['sentences'], 'sentence')}, {counted(entry['target_rows'], 'target position')}; "
              f"`{entry['checkpoint']}`.", "", *md_table(header, rows), "",
              figure(entry["plots"]["heads"], f"layer x head statistics of {entry['name']}"), ""]
     if imp is None:
@@ -98,7 +99,7 @@ def heads_section(entry: dict[str, Any], settings: dict[str, Any]) -> list[str]:
                      ", ".join(f"{lay}.{h}" for lay, h in p["heads"][-1:]) or DASH] for p in imp["pruning"]]
     return lines + [
         "Head importance: Δ loss = teacher-forced loss with the head masked minus the loss of the full model "
-        f"({num(imp['loss'])}); Δ BLEU on the first {bleu_on} sentences against {reference}. "
+        f"({num(imp['loss'])}); Δ BLEU on the first {counted(bleu_on, 'sentence')} against {reference}. "
         "Pruning masks the k least important heads (by Δ loss) together:", "",
         *md_table(["k", "loss", "BLEU", "last head pruned (layer.head)"], pruning_rows), ""]
 
@@ -106,7 +107,8 @@ def heads_section(entry: dict[str, Any], settings: dict[str, Any]) -> list[str]:
 def settings_section(report: dict[str, Any]) -> list[str]:
     s, v = report["settings"], report["versions"]
     return ["## Settings", "", "```", report["command"], "```", "",
-            f"- input: `{s['input']}` ({s['lines']:,} lines, {s['sentences']:,} analysed: empty lines are skipped)",
+            f"- input: `{s['input']}` ({counted(s['lines'], 'line')}, {s['sentences']:,} analysed: empty lines are "
+            "skipped)",
             f"- attention from: {s['attention_from']}"
             + (f" (`{s['reference']}`)" if s["reference"] else ""),
             f"- gold alignments: `{s['gold_alignments']}`" if s["gold_alignments"] else "- gold alignments: none",
@@ -117,7 +119,7 @@ def settings_section(report: dict[str, Any]) -> list[str]:
 def render_markdown(report: dict[str, Any]) -> str:
     names = " vs ".join(md_escape(m["name"]) for m in report["models"])
     lines = [f"# Attention analysis: {names}", "",
-             f"Decoder cross-attention over {report['settings']['sentences']:,} sentences, read while "
+             f"Decoder cross-attention over {counted(report['settings']['sentences'], 'sentence')}, read while "
              f"force-decoding the {report['settings']['attention_from']}. Statistics are defined in "
              f"{GUIDE}; every number is in report.json.", "",
              *summary_section(report), *concentration_section(report)]

@@ -17,7 +17,7 @@ from ...config import DEFAULT_BEAM_SIZE, AlignConfig
 from ...data.files import read_lines
 from ...decoding.scoring import teacher_force
 from ...errors import UserError
-from ...io_utils import check_report_dir, display_path
+from ...io_utils import check_report_dir, counted, display_path
 from ...runtime import LOGGER, log
 from ...tokenizer import EOS_ID
 from ..compare.decode import System, load_system, resolve_checkpoint, system_names
@@ -83,8 +83,8 @@ def read_corpus(job: AnalyzeJob) -> Corpus:
     sources = read_lines(Path(job.input), "--input")
     references = read_lines(Path(job.reference), "--reference") if job.reference else None
     if references is not None and len(references) != len(sources):
-        raise UserError(f"--reference {job.reference} has {len(references)} lines but --input {job.input} has "
-                        f"{len(sources)}; give one reference line per input line")
+        raise UserError(f"--reference {job.reference} has {counted(len(references), 'line')} but --input "
+                        f"{job.input} has {len(sources)}; give one reference line per input line")
     indices = [i for i, line in enumerate(sources) if line.strip()]
     if not indices:
         raise UserError(f"--input {job.input} has no non-empty line; nothing to analyse")

@@ -29,6 +29,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ...config import AlignConfig
+from ...io_utils import counted
 from ...alignment.links import alignment_error_rate, extract_links
 from ...alignment.matrices import EOS, WORD_START, word_spans, words_from_pieces
 
@@ -163,8 +164,8 @@ class RowStatistics:
         """attention (L, H, T, S); classes (S,) indices into ``CLASSES``."""
         a = np.asarray(attention, dtype=np.float64)
         if a.shape[:2] != (self.layers, self.heads) or a.shape[-1] != len(classes):
-            raise ValueError(f"attention {a.shape} does not fit {self.layers} layers x {self.heads} heads "
-                             f"and {len(classes)} source pieces")
+            raise ValueError(f"attention {a.shape} does not fit {counted(self.layers, 'layer')} x "
+                             f"{counted(self.heads, 'head')} and {counted(len(classes), 'source piece')}")
         values = {name: v.sum(-1) for name, v in row_statistics(a).items()}  # (L, H) each
         one_hot = np.eye(len(CLASSES))[classes]  # (S, C)
         shares = (a @ one_hot).sum(-2)  # (L, H, C)

@@ -11,6 +11,7 @@ from ...checkpoint.loaded import LoadedCheckpoint
 from ...data.files import read_lines
 from ...decoding.translator import Translator
 from ...errors import UserError
+from ...io_utils import counted
 from ...runtime import log
 from .job import CompareJob
 
@@ -52,7 +53,7 @@ def system_names(checkpoints: Sequence[Path], names: Sequence[str] | None) -> li
     """``--names`` if given (one per system, unique), else names from the paths made unique."""
     if names:
         if len(names) != len(checkpoints):
-            raise UserError(f"--names gives {len(names)} names for {len(checkpoints)} systems; "
+            raise UserError(f"--names gives {counted(len(names), 'name')} for {counted(len(checkpoints), 'system')}; "
                             "give one name per RUN_OR_CKPT, in the same order")
         if len(set(names)) != len(names):
             raise UserError(f"--names must be distinct, got {' '.join(names)}")
@@ -68,8 +69,8 @@ def describe_model(model_cfg: dict[str, Any]) -> str:
     if model_cfg.get("arch") == "rnn":
         return (f"rnn ({model_cfg.get('attention')}, {model_cfg.get('rnn_cell')} "
                 f"{model_cfg.get('hidden_size')}/{model_cfg.get('decoder_hidden_size')})")
-    return (f"transformer ({model_cfg.get('layers')} layers, d {model_cfg.get('d_model')}, "
-            f"{model_cfg.get('heads')} heads)")
+    return (f"transformer ({counted(model_cfg.get('layers'), 'layer')}, d {model_cfg.get('d_model')}, "
+            f"{counted(model_cfg.get('heads'), 'head')})")
 
 
 def read_json_file(path: Path) -> dict[str, Any]:
@@ -135,7 +136,7 @@ def read_test_set(source: Path, reference: Path) -> tuple[list[str], list[str]]:
     sources = read_lines(source, "--source")
     references = read_lines(reference, "--reference")
     if len(sources) != len(references):
-        raise UserError(f"--source {source} has {len(sources)} lines but --reference {reference} has "
+        raise UserError(f"--source {source} has {counted(len(sources), 'line')} but --reference {reference} has "
                         f"{len(references)}; they must be parallel, one reference line per source line")
     if not sources:
         raise UserError(f"--source {source} is empty; nothing to compare on")

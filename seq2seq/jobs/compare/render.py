@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from ...io_utils import markdown_table
+from ...io_utils import counted, markdown_table
 from .constants import ALPHA, DASH, LOWER_IS_BETTER, METRICS
 
 
@@ -29,7 +29,7 @@ def fmt_duration(seconds: float | None, steps: int | None) -> str:
     if seconds is None:
         return DASH
     text = f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
-    return text + (f" ({steps:,} steps)" if steps is not None else "")
+    return text + (f" ({counted(steps, 'step')})" if steps is not None else "")
 
 
 def fmt_memory(mb: float | None) -> str:
@@ -81,7 +81,7 @@ def quality_section(report: dict[str, Any]) -> list[str]:
     q, s = report["quality"], report["settings"]
     lines = ["## Quality and cost", "", *quality_table(report), "",
              f"BLEU, chrF and TER (↓ lower is better) of beam-{s['beam_size']} translations of "
-             f"{s['sentences']:,} sentences. ± is the half-width of sacrebleu's 95% bootstrap confidence "
+             f"{counted(s['sentences'], 'sentence')}. ± is the half-width of sacrebleu's 95% bootstrap confidence "
              f"interval ({q['bootstrap']:,} resamples). p-values compare each system with the first "
              f"({md_escape(q['baseline'])}): paired bootstrap resampling (BS, {q['bootstrap']:,} resamples) / "
              f"paired approximate randomization (AR, {q['ar_trials']:,} trials), both computed by "
@@ -156,8 +156,8 @@ def budgets_section(report: dict[str, Any]) -> list[str]:
         return []
     keys = [f"{m:g}" for m in budgets["minutes"]]
     rows = [[md_escape(name), *[DASH if row[k] is None else
-                                f"{row[k]['bleu']:.2f} ({row[k]['elapsed'] / 60:.1f} min, {row[k]['step']:,} steps)"
-                                for k in keys]]
+                                f"{row[k]['bleu']:.2f} ({row[k]['elapsed'] / 60:.1f} min, "
+                                f"{counted(row[k]['step'], 'step')})" for k in keys]]
             for name, row in budgets["systems"].items()]
     lines = ["### Training budgets", "",
              "Validation BLEU of each run at the validation nearest to each budget (its clock in minutes and "
@@ -201,7 +201,7 @@ def aer_section(report: dict[str, Any]) -> list[str]:
 def settings_section(report: dict[str, Any]) -> list[str]:
     s, v = report["settings"], report["versions"]
     return ["## Settings", "", "```", report["command"], "```", "",
-            f"- test set: `{s['source']}` -> `{s['reference']}` ({s['sentences']:,} sentences)",
+            f"- test set: `{s['source']}` -> `{s['reference']}` ({counted(s['sentences'], 'sentence')})",
             *[f"- {md_escape(e['name'])}: `{e['checkpoint']}`, hypotheses in [{e['hypotheses']}]({e['hypotheses']})"
               for e in report["systems"]],
             f"- seq2seq {v['seq2seq']}, torch {v['torch']}, sacrebleu {v['sacrebleu']}, Python {v['python']}, "

@@ -13,6 +13,7 @@ from ...alignment.records import AlignmentRecord
 from ...decoding.scoring import teacher_force
 from ...decoding.translator import Translator
 from ...errors import UserError
+from ...io_utils import counted
 from ...metrics import corpus_scores
 from ...tokenizer import EOS_ID
 from .constants import METRICS
@@ -162,8 +163,8 @@ def check_sentence_ids(ids: Sequence[int], sources: list[str]) -> list[int]:
     """Distinct ids, in order, of non-empty source lines."""
     bad = [i for i in ids if not 0 <= i < len(sources)]
     if bad:
-        raise UserError(f"--sentence-ids {' '.join(map(str, bad))}: the test set has {len(sources)} "
-                        f"sentences; ids are 0-based line numbers, 0..{len(sources) - 1}")
+        raise UserError(f"--sentence-ids {' '.join(map(str, bad))}: the test set has "
+                        f"{counted(len(sources), 'sentence')}; ids are 0-based line numbers, 0..{len(sources) - 1}")
     empty = [i for i in ids if not sources[i].strip()]
     if empty:
         raise UserError(f"--sentence-ids {' '.join(map(str, empty))}: empty source line(s), nothing to "
