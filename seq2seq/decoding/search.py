@@ -208,9 +208,7 @@ def beam_search(
     finished hypotheses (a better one replaces the worst). A sentence is done only when it reaches
     its length bound (where EOS is forced on every beam) or no live beam can end above its
     ``n_best``-th finished hypothesis any more (``Beams.settled``: exact, the outputs are those of
-    searching on to the bound). Having ``beam_size`` finished hypotheses is not enough: on a small
-    vocabulary they fill with early EOS endings while a live beam still scores far above them.
-    """
+    searching on to the bound; k finished are not enough, early EOS endings can fill them)."""
     if not 1 <= n_best <= beam_size:
         raise UserError(f"need 1 <= --n-best ({n_best}) <= --beam-size ({beam_size})")
     with eval_mode(model, inference=True):
@@ -327,13 +325,11 @@ class Beams:
         """Add a finished hypothesis (``words`` without EOS, raw log P with EOS) to ``sentence``'s k
         best: appended while there are fewer than k, else it replaces the worst if it scores above it."""
         score = log_prob / length_penalty_gnmt(len(words) + 1, self.alpha)
-        done = self.finished[sentence]
+        done, hypothesis = self.finished[sentence], Hypothesis(words, score, log_prob)
         if len(done) < self.k:
-            done.append(Hypothesis(words, score, log_prob))
-            return
-        worst = min(range(len(done)), key=lambda i: done[i].score)
-        if score > done[worst].score:
-            done[worst] = Hypothesis(words, score, log_prob)
+            done.append(hypothesis)
+        elif score > min(h.score for h in done):
+            done[min(range(len(done)), key=lambda i: done[i].score)] = hypothesis
 
     def _drop(self, live: torch.Tensor, finished: list[bool]) -> None:
         """Remove finished sentences (all their beams) from the active batch; ``live`` indexes the
