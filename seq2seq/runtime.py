@@ -196,7 +196,9 @@ class _ProgressLines:
         self.stream.flush()
 
 
-def _is_terminal(stream) -> bool:
+def is_terminal(stream=None) -> bool:
+    """Whether ``stream`` (default: stderr, where progress goes) is a terminal, not a file or a pipe."""
+    stream = sys.stderr if stream is None else stream
     try:
         return stream.isatty()
     except (AttributeError, ValueError):  # no isatty, or closed
@@ -210,7 +212,7 @@ def progress_bar(iterable: Any = None, **options: Any):
     from tqdm import tqdm
 
     stream = options.pop("file", None) or sys.stderr
-    if not _is_terminal(stream):
+    if not is_terminal(stream):
         stream = _ProgressLines(stream)
         options.update(mininterval=LOGGED_PROGRESS_INTERVAL, maxinterval=LOGGED_PROGRESS_INTERVAL,
                        dynamic_ncols=False)  # maxinterval: tqdm's monitor would redraw every 10 s

@@ -41,6 +41,18 @@ def checkpoint() -> Path:
     return run_shared.built_once("cli-train-py", build) / "run" / "best.pt"
 
 
+def test_training_written_to_a_log_file_has_no_carriage_returns(tmp_path):
+    """``seq2seq train > log 2>&1``: neither the training bar nor the data preparation's bars redraw
+    with carriage returns (one line per step flooded such logs); the log still says what happened."""
+    flags = [a for a in TINY if a != "--quiet"]
+    flags[flags.index("--cache-dir") + 1] = str(tmp_path / "cache")  # the corpus prepared anew: its bars too
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), *flags, "--output-dir", str(tmp_path / "run"),
+                           "--no-final-test"], capture_output=True, cwd=ROOT, timeout=300)  # bytes: \r kept
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert b"\r" not in proc.stderr, proc.stderr[:500]
+    assert b"start arch=transformer" in proc.stderr
+
+
 def test_translate_is_a_stdin_stdout_filter_keeping_order_and_empty_lines(checkpoint):
     lines = ["twenty-one", "", "three hundred and five", "   ", "seven"]
     proc = run("translate.py", "--checkpoint", str(checkpoint), "--beam-size", "2", "--quiet",

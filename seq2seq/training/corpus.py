@@ -30,7 +30,7 @@ from ..data.corpus import corpus_fingerprint, load_corpus
 from ..data.shapes import pad_to_shape
 from ..errors import UserError
 from ..io_utils import atomic_output
-from ..runtime import log
+from ..runtime import is_terminal, log
 from ..tokenizer import EOS_ID, Tokenizer
 from . import distributed
 
@@ -135,7 +135,7 @@ def prepare_run_corpus(cfg: RunConfig, output_dir: Path, quiet: bool = False,
     fine-tuned, else reused if it matches or trained) and the encoded corpus (cached under
     ``data.cache_dir``, reused across runs with the same corpus, cleaning and tokenizer)."""
     given = tokenizer
-    if quiet:
+    if quiet or not is_terminal():  # datasets' bars redraw with carriage returns: fine on a terminal only
         import datasets
 
         datasets.disable_progress_bars()

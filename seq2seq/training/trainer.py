@@ -53,6 +53,7 @@ from ..runtime import (
     JsonlLog,
     autocast,
     log,
+    progress_bar,
     resolve_device,
     resolve_precision,
     seed_everything,
@@ -450,11 +451,9 @@ class Trainer:
                 "chrf": scores["chrf"].score}
 
     def _progress_bar(self):
-        from tqdm import tqdm
-
         total = self.cfg.train.max_steps or None
-        return tqdm(total=total, initial=self.progress.step, desc="train", unit="step",
-                    disable=self.quiet or not self.main, dynamic_ncols=True, leave=False)
+        return progress_bar(total=total, initial=self.progress.step, desc="train", unit="step",
+                            disable=self.quiet or not self.main, dynamic_ncols=True, leave=False)
 
 
 _ALL_SKIPPED = ("epoch {epoch} gave no training step: fp16 gradients overflowed at every step ({skipped} "
