@@ -62,7 +62,7 @@ def test_bad_adaptation_settings_are_named(checkpoint, kwargs, message):  # noqa
     translator = Translator.from_checkpoint(checkpoint, device="cpu")
     with pytest.raises(UserError, match=message):
         adapt(translator, SOURCES, TARGETS, **kwargs)
-    with pytest.raises(UserError, match="1 sources, 2 targets"):
+    with pytest.raises(UserError, match="1 source, 2 targets"):
         adapt(translator, SOURCES[:1], TARGETS[:2], steps=1)
     half = Translator.from_checkpoint(checkpoint, device="cpu", precision="bf16")
     with pytest.raises(UserError, match="fp32"):

@@ -103,4 +103,4 @@ def test_the_server_takes_prefixes():
     assert answer.status_code == 200
     first = answer.json()["translations"][0]["translation"]
     assert first.startswith("neun und zw") and first.split()[2].startswith("zw")
-    assert wrong.status_code == 422 and "2 prefixes for 1 sentences" in wrong.json()["error"]
+    assert wrong.status_code == 422 and "2 prefixes for 1 sentence;" in wrong.json()["error"]

@@ -11,6 +11,7 @@ from torch import nn
 from ..alignment.matrices import Heads, aggregate
 from ..decoding.scoring import eval_mode, model_device, pad_ids, target_tensors
 from ..config import AlignConfig, AttributionConfig
+from ..io_utils import counted
 from ..errors import UserError
 from ..models.base import EncoderDecoder
 from ..nn.attention import MultiHeadAttention, RecurrentAttention
@@ -74,7 +75,7 @@ def _grad_times_input(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Se
         expected = 1 if contrast_ids is None else 2
         if seen["calls"] != expected:
             raise UserError(
-                f"attribution: the model embedded the source {seen['calls']} times (expected {expected}); "
+                f"attribution: the model embedded the source {counted(seen['calls'], 'time')} (expected {expected}); "
                 "give the model a 'source_embedding' attribute naming its source embedding module")
         f = logits.float().log_softmax(-1)[position, position, tgt_out[0]]  # (T+1,) f_t on copy t
         if contrast_ids is not None:

@@ -62,7 +62,8 @@ def parse_args(argv: list[str] | None):
                         "instead of compiling it again")
     p.add_argument("--engine", choices=("seq2seq", "ctranslate2", "auto"), default="seq2seq",
                    help="who runs the search: seq2seq (ours, default), ctranslate2 (CTranslate2's runtime on the "
-                        "checkpoint converted once into NAME.ct2 beside it; Transformers only, no constraints, "
+                        "checkpoint converted once into NAME.ct2 beside it, or into the user cache directory where the "
+                        "checkpoint's directory is read-only; Transformers only, no constraints, "
                         "sampling, shortlist or ensembles; several times faster one sentence at a time on CPU) "
                         "or auto (ctranslate2 where it can, else ours). Alignments and confidence come from our "
                         "model either way")

@@ -21,6 +21,7 @@ from functools import partial
 import torch
 from fastapi import FastAPI, HTTPException, Request, Response
 
+from ..io_utils import counted
 from ..version import __version__
 from ..decoding.forced_alignment import BackwardAligner
 from ..decoding.markup import mark_translations, parse
@@ -76,11 +77,12 @@ def create_app(translator: Translator, settings: ServeSettings | None = None,
         n-best list, with word alignments and attention when asked for."""
         check_sentences(body.sentences, limits)
         if body.prefixes is not None and len(body.prefixes) != len(body.sentences):
-            raise HTTPException(422, f"{len(body.prefixes)} prefixes for {len(body.sentences)} sentences; give one "
-                                     "per sentence (\"\" = none)")
+            raise HTTPException(422, f"{counted(len(body.prefixes), 'prefix', 'prefixes')} for "
+                                     f"{counted(len(body.sentences), 'sentence')}; give one per sentence (\"\" = none)")
         if body.constraints is not None and len(body.constraints) != len(body.sentences):
-            raise HTTPException(422, f"{len(body.constraints)} constraint lists for {len(body.sentences)} sentences; "
-                                     "give one list of phrases per sentence ([] = none)")
+            raise HTTPException(422, f"{counted(len(body.constraints), 'constraint list')} for "
+                                     f"{counted(len(body.sentences), 'sentence')}; give one list of phrases per "
+                                     "sentence ([] = none)")
         if body.constraints and any(body.constraints) and translator.engine is not None:
             raise HTTPException(422, f"constraints: this server's search is {translator.engine.name}'s, which has "
                                      "no constrained search; start the server with --engine seq2seq to take them")

@@ -24,6 +24,7 @@ from typing import Sequence
 import torch
 
 from ..config import ADAPT_LR
+from ..io_utils import counted
 from ..data.batching import TokenBatchSampler, pad_batch
 from ..decoding.translator import Translator
 from ..errors import UserError
@@ -58,7 +59,7 @@ def adapt(translator: Translator, sources: Sequence[str], targets: Sequence[str]
             "quantized" in type(m).__module__ for m in translator.model.modules()):
         raise UserError("adapting trains the model: load it in fp32 (--precision fp32), not fp16, bf16 or int8")
     if len(sources) != len(targets) or not sources:
-        raise UserError(f"adapting needs pairs: {len(sources)} sources, {len(targets)} targets")
+        raise UserError(f"adapting needs pairs: {counted(len(sources), 'source')}, {counted(len(targets), 'target')}")
     tok, device = translator.tokenizer, translator.device
     src_ids = [tok.encode(s) + [EOS_ID] for s in sources]
     tgt_ids = [tok.encode(t) for t in targets]
@@ -81,7 +82,8 @@ def adapt(translator: Translator, sources: Sequence[str], targets: Sequence[str]
             optimizer.step()
             losses.append(loss.detach())  # read once at the end: no host sync per update on a GPU
     losses = torch.stack(losses).cpu()
-    LOGGER.info(f"adapt: {steps} updates on {len(sources)} pairs ({-(-steps // per_pass)} passes) in "
+    passes = counted(-(-steps // per_pass), "pass", "passes")
+    LOGGER.info(f"adapt: {counted(steps, 'update')} on {counted(len(sources), 'pair')} ({passes}) in "
                 f"{time.perf_counter() - started:.1f} s; loss per token {float(losses[:per_pass].mean()):.3f} (first "
                 f"pass) -> {float(losses[-1]):.3f}")
     if any(isinstance(m, PackedLinear) for m in translator.model.modules()):

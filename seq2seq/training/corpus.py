@@ -29,7 +29,7 @@ from ..data import Batch, TokenBatchSampler, TokenColumns, make_batches, prepare
 from ..data.corpus import corpus_fingerprint, load_corpus
 from ..data.shapes import pad_to_shape
 from ..errors import UserError
-from ..io_utils import atomic_output
+from ..io_utils import atomic_output, counted
 from ..runtime import is_terminal, log
 from ..tokenizer import EOS_ID, Tokenizer
 from . import distributed
@@ -192,8 +192,8 @@ def _with_computed_alignments(given: DataConfig, data: DataConfig) -> DataConfig
         text, pairs = path.read_bytes(), json.loads(manifest.read_text(encoding="utf-8"))["lines"]
         lines = text.count(b"\n")
         if lines != pairs or pairs and not text.endswith(b"\n"):  # truncated or half-written
-            log("warning", message=f"{path}: the cached eflomal alignments are damaged ({lines} lines for {pairs} "
-                                   "training pairs); computing them again")
+            log("warning", message=f"{path}: the cached eflomal alignments are damaged ({counted(lines, 'line')} for "
+                                   f"{counted(pairs, 'training pair')}); computing them again")
             path.unlink()
     if not path.is_file():
         from ..alignment.eflomal import eflomal_links
