@@ -182,4 +182,4 @@ def test_the_server_takes_constraints():
     assert answer.status_code == 200
     first = answer.json()["translations"][0]["translation"]
     assert in_order(first, ["elf", "acht"])
-    assert wrong.status_code == 422 and "2 constraint lists for 1 sentences" in wrong.json()["error"]
+    assert wrong.status_code == 422 and "2 constraint lists for 1 sentence;" in wrong.json()["error"]

@@ -274,7 +274,7 @@ def test_checkpoint_loading_never_unpickles_code(tmp_path):
 
     path = tmp_path / "evil.pt"
     torch.save({"format_version": 1, "config": {}, "tokenizer": Evil(), "model": {}}, path)
-    with pytest.raises(UserError, match="cannot be read"):
+    with pytest.raises(UserError, match="never loads .unpickling them can run code"):
         load_checkpoint(path)
 
 
