@@ -25,7 +25,7 @@ from common import ROOT, add_multi30k_flags, provenance, write_record
 
 from seq2seq import BackwardAligner, Translator, adapt
 from seq2seq.alignment.links import alignment_error_rate, read_gold_alignments
-from seq2seq.config import ADAPT_LR
+from seq2seq.config import ADAPT_LR, AlignConfig
 from seq2seq.decoding.forced_alignment import force_align
 from seq2seq.io_utils import markdown_table, read_lines
 from seq2seq.training.adapt import pieces
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             fw = adapt(forward, src, tgt, steps, lr)
             seconds["forward_s"] += time.perf_counter() - started
-            forward_links += force_align(fw, src, tgt, *default_alignment(fw))
+            forward_links += force_align(fw, src, tgt, AlignConfig(*default_alignment(fw)))  # layer, heads
             if backward is not None:
                 started = time.perf_counter()
                 bw = adapt(backward, tgt, src, steps, lr)

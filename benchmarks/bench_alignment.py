@@ -178,19 +178,20 @@ def attention_scores(run_dir: Path, sources: list[str], targets: list[str], gold
             choices.update({f"layer {layer}, head {h}": (layer, [h]) for h in range(model.attention_heads)})
     aer = {}
     for name, (layer, heads) in choices.items():
-        links = force_align(translator, sources, targets, layer, heads, method="argmax")
+        links = force_align(translator, sources, targets, AlignConfig(layer=layer, heads=heads, method="argmax"))
         aer[name] = vars(alignment_error_rate(links, sure, possible))
     best = min((name for name in aer if name != "default"), key=lambda name: aer[name]["aer"])
     methods = {}  # the default layer and heads, every link method at its default share, and grow without one
     for name, method, share in [*((m, m, None) for m in LINK_METHODS), ("grow 0", "grow", 0.0)]:
-        links = force_align(translator, sources, targets, default_layer, default_heads, method=method, threshold=share)
+        links = force_align(translator, sources, targets, AlignConfig(layer=default_layer, heads=default_heads,
+                                                                      method=method, threshold=share))
         methods[name] = vars(alignment_error_rate(links, sure, possible))
     adapted = None
     if args.adapt_steps:  # the default links of the model adapted to the gold pairs (``seq2seq.adapt``)
         from seq2seq import adapt
 
-        links = force_align(adapt(translator, sources, targets, args.adapt_steps), sources, targets, default_layer,
-                            default_heads)
+        links = force_align(adapt(translator, sources, targets, args.adapt_steps), sources, targets,
+                            AlignConfig(layer=default_layer, heads=default_heads))
         adapted = {"steps": args.adapt_steps, **vars(alignment_error_rate(links, sure, possible))}
     test_src = read_lines(args.data_dir / f"{args.test_split}.{args.src}")
     test_ref = read_lines(args.data_dir / f"{args.test_split}.{args.tgt}")

@@ -44,6 +44,7 @@ from seq2seq.attribution.base import METHODS as ATTRIBUTION_METHODS
 from seq2seq.attribution.attribute import attribute
 from seq2seq.attribution.perturbation import DEFAULT_SAMPLES
 from seq2seq.cli import run_cli
+from seq2seq.config import AlignConfig, AttributionConfig
 from seq2seq.decoding.scoring import teacher_force
 from seq2seq.alignment.matrices import check_layer_heads
 from seq2seq.decoding.translator import Translator
@@ -55,17 +56,17 @@ METHODS = ("attention", "grad-attention", "gradient", "integrated-gradients", "o
 CURVES = ("deletion", "insertion")
 
 
-def word_importance(method: str, translation, model, options: dict, rng: np.random.Generator) -> np.ndarray:
+def word_importance(method: str, translation, model, attribution: AttributionConfig, align: AlignConfig,
+                    rng: np.random.Generator) -> np.ndarray:
     """(M,) importance of each source word (EOS excluded) for the output (EOS row excluded)."""
     spans = word_spans(translation.src_pieces[:-1])
     if method == "random":
         return rng.random(len(spans))
     if method == "attention":
-        matrix = aggregate(translation.attention, options["layer"], options["heads"])  # (T+1, S+1)
+        matrix = aggregate(translation.attention, align.layer, align.heads)  # (T+1, S+1)
     elif method in ATTRIBUTION_METHODS:
-        matrix = attribute(model, translation.src_tokens, translation.tokens, method, options["steps"],
-                           samples=options["samples"], seed=options["seed"], layer=options["layer"],
-                           heads=options["heads"], src_pieces=translation.src_pieces).scores
+        matrix = attribute(model, translation.src_tokens, translation.tokens, method, attribution, align,
+                           src_pieces=translation.src_pieces).scores
     else:
         raise UserError(f"--methods: unknown method {method!r}; choose from {', '.join(METHODS)}")
     per_piece = np.asarray(matrix, dtype=np.float64)[:-1, :-1].sum(axis=0)  # (S,)
@@ -94,8 +95,9 @@ def model_label(translator: Translator, checkpoint: str) -> str:
 def run_model(args: argparse.Namespace, checkpoint: str, lines: list[str]) -> dict:
     translator = Translator.from_checkpoint(checkpoint, device=args.device)
     layer, heads = check_layer_heads(args.align_layer, args.align_heads, translator.model)
-    options = {"layer": layer, "heads": heads, "steps": args.ig_steps, "samples": args.attribution_samples,
-               "seed": args.attribution_seed}
+    attribution = AttributionConfig(ig_steps=args.ig_steps, samples=args.attribution_samples,
+                                    seed=args.attribution_seed)
+    align = AlignConfig(layer=layer, heads=heads)
     start = time.perf_counter()
     translations = translator.translate(lines, beam_size=1, need_attention=True, batch_size=args.batch_size)
     decode_seconds = time.perf_counter() - start
@@ -113,7 +115,7 @@ def run_model(args: argparse.Namespace, checkpoint: str, lines: list[str]) -> di
         sources, keys = [t.src_tokens, t.src_tokens[-1:]], []  # the original and EOS alone first
         for method in args.methods:
             tic = time.perf_counter()
-            importance = word_importance(method, t, translator.model, options, rng)
+            importance = word_importance(method, t, translator.model, attribution, align, rng)
             seconds[method] += time.perf_counter() - tic
             for curve, variants in curve_sources(t.src_tokens, spans, importance, args.max_words).items():
                 sources.extend(variants)

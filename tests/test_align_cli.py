@@ -331,7 +331,8 @@ def test_align_writes_links_without_gold_and_adapts_first(checkpoint, gold_files
     sources, targets = (gold_files[k].read_text(encoding="utf-8").splitlines() for k in ("src", "tgt"))
     adapted = adapt(Translator.from_checkpoint(checkpoint, device="cpu"), sources, targets, steps=3, lr=3e-3)
     layer, heads = check_layer_heads(AlignConfig.layer, AlignConfig.heads, adapted.model)
-    assert read_pharaoh_file(links)[0] == force_align(adapted, sources, targets, layer, heads, method="argmax")
+    assert read_pharaoh_file(links)[0] == force_align(adapted, sources, targets,
+                                                      AlignConfig(layer=layer, heads=heads, method="argmax"))
     assert align.main([*argv, "--output", str(tmp_path / "plain.txt")]) == 0  # not adapted: its own links
     assert (tmp_path / "plain.txt").read_text(encoding="utf-8").count("\n") == 3
 
@@ -362,12 +363,14 @@ def test_align_adapts_a_copy_to_each_piece_of_pairs(checkpoint, gold_files, tmp_
     for piece in (slice(0, 2), slice(2, 3)):
         adapted = adapt(translator, sources[piece], targets[piece], steps=3, lr=3e-3)
         layer, heads = check_layer_heads(AlignConfig.layer, AlignConfig.heads, adapted.model)
-        expected += force_align(adapted, sources[piece], targets[piece], layer, heads, method="argmax")
+        expected += force_align(adapted, sources[piece], targets[piece],
+                                AlignConfig(layer=layer, heads=heads, method="argmax"))
     assert read_pharaoh_file(links)[0] == expected
     whole = tmp_path / "whole.txt"
     assert align.main([*argv, "--adapt-pairs", "0", "--output", str(whole)]) == 0  # one copy for all three
     adapted = adapt(translator, sources, targets, steps=3, lr=3e-3)
-    assert read_pharaoh_file(whole)[0] == force_align(adapted, sources, targets, layer, heads, method="argmax")
+    assert read_pharaoh_file(whole)[0] == force_align(adapted, sources, targets,
+                                                      AlignConfig(layer=layer, heads=heads, method="argmax"))
     capsys.readouterr()
     assert align.main([*argv, "--output", str(links), "--adapt-pairs", "-1"]) == 2
     assert "--adapt-pairs" in capsys.readouterr().err

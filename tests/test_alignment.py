@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from seq2seq.alignment.records import AlignmentRecord, AlignmentWriter
+from seq2seq.alignment.records import NO_EOS, AlignmentRecord, AlignmentWriter, EosPositions
 from seq2seq.alignment.matrices import (
     aggregate, drop_eos, links_to_words, merge_to_words, word_spans, words_from_pieces,
 )
@@ -285,14 +285,14 @@ def test_record_sums_eos_and_padding():
     padded = np.zeros((2, 3, 7, 8), np.float32)
     padded[:, :, :5, :5] = attn
     rec = AlignmentRecord.build(0, "Ein Hunde läuft", "A dog runs", SRC, TGT + ["</s>"], padded,
-                                include_eos=True)
+                                AlignConfig(include_eos=True))
     assert rec.attention.shape == (2, 3, 5, 5)  # padding trimmed
     assert rec.src_pieces[-1] == "</s>" and rec.tgt_words == ["A", "dog", "runs", "</s>"]
     np.testing.assert_allclose(rec.subword.sum(-1), 1.0, rtol=1e-5)
     np.testing.assert_allclose(rec.words.sum(-1), 1.0, rtol=1e-5)
     np.testing.assert_allclose(rec.word_attention().sum(-1), 1.0, rtol=1e-5)
     assert rec.words.shape == (4, 4)
-    plain = AlignmentRecord.build(0, "s", "t", SRC, TGT, padded, method="argmax")
+    plain = AlignmentRecord.build(0, "s", "t", SRC, TGT, padded, AlignConfig(method="argmax"))
     assert plain.subword.shape == (4, 4) and plain.words.shape == (3, 3)
     assert plain.word_attention().shape == (2, 3, 3, 3)
     assert "</s>" not in plain.src_words + plain.tgt_pieces
@@ -308,9 +308,25 @@ def test_record_threshold_renormalizes():
     attn[0, 0, 0] = [0.2, 0.2, 0.6]  # most weight on EOS: renormalized 0.5/0.5 >= 0.4
     attn[0, 0, 1] = [0.0, 0.0, 1.0]
     rec = AlignmentRecord.build(0, "a b", "x", ["▁a", "▁b"], ["▁x"], attn,
-                                method="threshold", threshold=0.4)
+                                AlignConfig(method="threshold", threshold=0.4))
     assert rec.pharaoh_word == "0-0 1-0"
     np.testing.assert_allclose(rec.words, [[0.2, 0.2]])  # exported weights stay raw
+
+
+def test_record_reads_the_eos_positions_the_attention_has():
+    """A hypothesis cut at max length has no target EOS row, an empty input neither row nor column (``NO_EOS``);
+    read as if they had them (mutation: ``eos`` ignored), the attention would not cover the pieces + EOS."""
+    rng = np.random.default_rng(5)
+    cut = AlignmentRecord.build(0, "a b", "x y", ["▁a", "▁b"], ["▁x", "▁y"], random_attention(rng, 1, 1, 2, 3),
+                                eos=EosPositions(tgt_eos=False))
+    assert (cut.src_eos, cut.tgt_eos) == (True, False) and cut.attention.shape == (1, 1, 2, 3)
+    assert cut.words.shape == (2, 2) and cut.word_attention().shape == (1, 1, 2, 2)
+    empty = AlignmentRecord.build(1, "", "", [], [], np.zeros((2, 3, 0, 0), np.float32), eos=NO_EOS)
+    assert empty.words.shape == empty.subword.shape == (0, 0) and empty.src_words == empty.tgt_words == []
+    assert empty.pharaoh_word == empty.pharaoh_subword == "" and empty.layer_used == 0
+    for eos in (EosPositions(), EosPositions(src_eos=False)):
+        with pytest.raises(ValueError, match="does not cover"):
+            AlignmentRecord.build(0, "a b", "x y", ["▁a", "▁b"], ["▁x", "▁y"], cut.attention, eos=eos)
 
 
 def _write_two(writer, rng):
@@ -322,7 +338,7 @@ def _write_two(writer, rng):
 def test_writer_jsonl_and_npz(tmp_path):
     rng = np.random.default_rng(3)
     jsonl, npz = tmp_path / "out" / "align.jsonl", tmp_path / "out" / "align.npz"
-    with AlignmentWriter(jsonl, npz, heads=[0, 2], method="argmax") as writer:
+    with AlignmentWriter(jsonl, npz, AlignConfig(heads=[0, 2], method="argmax")) as writer:
         _write_two(writer, rng)
     lines = [json.loads(line) for line in jsonl.read_text(encoding="utf-8").splitlines()]
     assert [r["index"] for r in lines] == [0, 7]
@@ -345,6 +361,8 @@ def test_writer_jsonl_and_npz(tmp_path):
         assert arrays["s7_words"].shape == (0, 3) and arrays["s7_tgt_pieces"].shape == (0,)
         meta = json.loads(str(arrays["meta"]))
     assert meta["sentences"] == 2 and meta["indices"] == [0, 7] and meta["heads"] == [0, 2]
+    assert meta == {"layer": -2, "heads": [0, 2], "include_eos": False, "method": "argmax", "threshold": None,
+                    "sentences": 2, "indices": [0, 7]}  # the writer's AlignConfig, whole (a key lost: caught)
     assert sorted(p.name for p in jsonl.parent.iterdir()) == ["align.jsonl", "align.npz"]
 
 

@@ -17,7 +17,7 @@ from seq2seq.attribution.attribute import attribute
 from seq2seq.attribution.gradients import grad_weighted_attention, gradient_x_input, integrated_gradients
 from seq2seq.attribution.perturbation import occlusion
 from seq2seq.decoding.scoring import eval_mode, teacher_force
-from seq2seq.config import ModelConfig
+from seq2seq.config import AlignConfig, AttributionConfig, ModelConfig
 from seq2seq.errors import UserError
 from seq2seq.models import build_model
 from seq2seq.nn.attention import RecurrentAttention
@@ -66,7 +66,7 @@ def log_prob(model, src_ids, t: int, edit=None) -> float:
 def test_layout_matches_attention_and_rows_normalize(arch):
     model = make(arch)
     for method in METHODS if CAPTUM else [m for m in METHODS if m not in ("lime", "kernel-shap")]:
-        a = attribute(model, SRC, TGT, method, steps=4, samples=24)
+        a = attribute(model, SRC, TGT, method, AttributionConfig(ig_steps=4, samples=24))
         assert a.raw.shape == a.scores.shape == (len(TGT) + 1, len(SRC))  # (T+1, S+1) like attention
         assert (a.scores >= 0).all() and np.isfinite(a.raw).all()
         sums = a.matrix.sum(-1)  # 1, or 0 where no column has a positive score (LIME can say that)
@@ -174,7 +174,7 @@ def test_record_and_json_entry():
         attribute(model, SRC, TGT, "saliency")
     assert all(method in str(error.value) for method in METHODS)
     assert isinstance(a, Attribution)
-    grad = attribute(model, SRC, TGT, "grad-attention", layer="all", heads=[1])
+    grad = attribute(model, SRC, TGT, "grad-attention", align=AlignConfig(layer="all", heads=[1]))
     entry = grad.to_json(grad.record(0, "ab c d e", "xy z w", src_pieces, tgt_pieces))
     assert (entry["layer"], entry["heads"], entry["normalization"]) == ("all", [1], "rows of raw")
 

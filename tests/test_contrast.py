@@ -14,12 +14,14 @@ import pytest
 from seq2seq.attribution.attribute import attribute, attribute_translation
 from seq2seq.attribution.base import subtract_contrast
 from seq2seq.cli import main
+from seq2seq.config import AttributionConfig
 from seq2seq.decoding.translator import Translator
 from seq2seq.errors import UserError
 
 DATA = Path(__file__).parent / "data" / "pre-tiers"
-OPTIONS = {"gradient": {}, "integrated-gradients": {"steps": 4}, "occlusion": {},
-           "lime": {"samples": 40, "seed": 2}, "kernel-shap": {"samples": 40, "seed": 2}}
+OPTIONS = {"gradient": AttributionConfig(), "integrated-gradients": AttributionConfig(ig_steps=4),
+           "occlusion": AttributionConfig(), "lime": AttributionConfig(samples=40, seed=2),
+           "kernel-shap": AttributionConfig(samples=40, seed=2)}
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +39,9 @@ def test_a_contrastive_attribution_is_the_difference_of_the_two(translated, meth
     foil = list(t.tokens)
     foil[0] = next(i for i in range(4, translator.tokenizer.vocab_size) if i != foil[0])  # another first piece
     model, src = translator.model, t.src_tokens
-    both = attribute(model, src, t.tokens, method, src_pieces=t.src_pieces, contrast_ids=foil, **OPTIONS[method])
-    mine = attribute(model, src, t.tokens, method, src_pieces=t.src_pieces, **OPTIONS[method])
-    theirs = attribute(model, src, foil, method, src_pieces=t.src_pieces, **OPTIONS[method])
+    both = attribute(model, src, t.tokens, method, OPTIONS[method], src_pieces=t.src_pieces, contrast_ids=foil)
+    mine = attribute(model, src, t.tokens, method, OPTIONS[method], src_pieces=t.src_pieces)
+    theirs = attribute(model, src, foil, method, OPTIONS[method], src_pieces=t.src_pieces)
     np.testing.assert_allclose(both.raw, mine.raw - theirs.raw, rtol=1e-4, atol=1e-6)
 
 

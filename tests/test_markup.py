@@ -13,7 +13,8 @@ from seq2seq.alignment.links import agreement_matrix, extract_links, parse_phara
 from seq2seq.cli.translate import main as translate_main
 from seq2seq.config import AlignConfig
 from seq2seq.decoding.forced_alignment import BackwardAligner
-from seq2seq.decoding.markup import parse, render, sentence_links, transfer, translate_markup
+from seq2seq.decoding.markup import (TargetRequirements, parse, render, sentence_links, transfer,
+                                     translate_markup)
 from seq2seq.decoding.translator import Translator
 from seq2seq.errors import UserError
 from test_align_cli import checkpoint, reversed_checkpoint  # noqa: F401  (the tiny trained checkpoint)
@@ -174,6 +175,9 @@ def test_markup_combines_with_n_best_jsonl_prefixes_constraints_references_and_a
     assert run("--prefix", str(prefix), output="prefixed.txt") == 0
     prefixed = (tmp_path / "prefixed.txt").read_text(encoding="utf-8").splitlines()
     assert [TAG.sub("", line).split()[:2] for line in prefixed] == [["drei", "und"], ["sieben"]]
+    # the Python API passes its requirements on (dropping them would translate without the prefix)
+    assert translate_markup(translator, lines, "html",
+                            requirements=TargetRequirements(prefix=["drei und", "sieben"])) == prefixed
     # the output itself as the reference, tags and all: scored without them, chrF 100
     assert run("--prefix", str(prefix), "--reference", str(tmp_path / "prefixed.txt")) == 0
     assert "chrF2 = 100.00" in capsys.readouterr().err
@@ -183,7 +187,10 @@ def test_markup_combines_with_n_best_jsonl_prefixes_constraints_references_and_a
     constraints = tmp_path / "constraints.txt"
     constraints.write_text("\ntausend\n", encoding="utf-8")
     assert run("--constraints", str(constraints)) == 0
-    assert "tausend" in TAG.sub("", (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()[1])
+    constrained = (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()
+    assert "tausend" in TAG.sub("", constrained[1])
+    assert translate_markup(translator, lines, "html",
+                            requirements=TargetRequirements(constraints=[[], ["tausend"]])) == constrained
 
     assert run(output="marked.txt") == 0
     assert run("--alignments", str(tmp_path / "align.jsonl")) == 0

@@ -15,7 +15,7 @@ import torch
 
 from seq2seq.attribution.attribute import attribute
 from seq2seq.attribution.perturbation import explain_words, min_samples
-from seq2seq.config import ModelConfig
+from seq2seq.config import AttributionConfig, ModelConfig
 from seq2seq.decoding.scoring import teacher_force
 from seq2seq.errors import UserError
 from seq2seq.models import build_model
@@ -66,7 +66,7 @@ def test_kernel_shap_is_efficient_and_tends_to_the_shapley_values(arch):
                 with_i = tuple(1 if w == i else z[w] for w in range(m))
                 weight = math.factorial(sum(z)) * math.factorial(m - sum(z) - 1) / math.factorial(m)
                 shapley[:, i] += weight * (f[with_i] - f[z])
-    a = attribute(model, SRC, TGT, "kernel-shap", samples=200, seed=0, src_pieces=PIECES)
+    a = attribute(model, SRC, TGT, "kernel-shap", AttributionConfig(samples=200, seed=0), src_pieces=PIECES)
     words = word_values(a.raw)
     np.testing.assert_allclose(words.sum(1), f[(1, 1, 1)] - f[(0, 0, 0)], atol=1e-4)  # efficiency
     assert a.raw[:, 0].tolist() == a.raw[:, 1].tolist() and (a.raw[:, -1] == 0).all()
@@ -106,7 +106,7 @@ def test_too_few_samples_for_the_source_is_a_user_error():
     assert min_samples(3) == 8
     for method in ("lime", "kernel-shap"):
         with pytest.raises(UserError, match=r"3 words.*--attribution-samples >= 2 \(words \+ 1\) = 8.*got 7"):
-            attribute(model, SRC, TGT, method, samples=7, src_pieces=PIECES)
+            attribute(model, SRC, TGT, method, AttributionConfig(samples=7), src_pieces=PIECES)
     empty = explain_words(model, [EOS], TGT, "lime", samples=2)  # no words: nothing to explain
     assert empty.raw.shape == (len(TGT) + 1, 1) and not empty.raw.any()
 
@@ -116,7 +116,7 @@ def test_missing_captum_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "captum.attr", None)
     for method in ("lime", "kernel-shap"):
         with pytest.raises(UserError, match=r"need Captum.*pip install 'seq2seq\[explain\]'"):
-            attribute(make("rnn"), SRC, TGT, method, samples=20)
+            attribute(make("rnn"), SRC, TGT, method, AttributionConfig(samples=20))
     assert attribute(make("rnn"), SRC, TGT, "occlusion").raw.shape == (len(TGT) + 1, len(SRC))  # others still work
 
 

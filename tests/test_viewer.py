@@ -141,12 +141,13 @@ def test_script_tags_and_html_characters_are_escaped(tmp_path):
 ])
 def test_layer_and_head_choices_start_at_the_exports_aggregate(shape, layer, heads, default):
     from seq2seq.alignment.records import AlignmentRecord
+    from seq2seq.config import AlignConfig
 
     rng = np.random.default_rng(0)
     attention = rng.random((*shape, 4, 5)).astype(np.float32)
     attention /= attention.sum(-1, keepdims=True)
     src, tgt = ["\u2581a", "b", "\u2581c", "\u2581d"], ["\u2581x", "y", "\u2581z"]
-    record = AlignmentRecord.build(0, "a b c d", "x y z", src, tgt, attention, layer=layer, heads=heads)
+    record = AlignmentRecord.build(0, "a b c d", "x y z", src, tgt, attention, AlignConfig(layer=layer, heads=heads))
     view = viewer_sentence(record.to_json(), record.attention)["views"]["attention"]
     layers, heads_ = view["layers"], view["heads"]
     assert [layers[view["default"][0]], heads_[view["default"][1]]] == default

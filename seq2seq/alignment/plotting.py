@@ -276,8 +276,8 @@ def plot_side_by_side(matrices: Sequence, titles: Sequence[str], src_labels: Seq
 
 def plot_curves(series: dict[str, tuple[Sequence[float], Sequence[float]]], xlabel: str,
                 ylabel: str, path_or_paths, title: str | None = None,
-                formats: Sequence[str] = ("png", "svg"), logy: bool = False,
-                empty_note: str | None = None, x_from_zero: bool = False) -> list[Path]:
+                formats: Sequence[str] = ("png", "svg"), empty_note: str | None = None,
+                x_from_zero: bool = False) -> list[Path]:
     """Line plot of named (xs, ys) series, e.g. train/valid loss against steps.
 
     With ``empty_note``, a series without points stays in the legend as "name (empty_note)", and
@@ -297,8 +297,6 @@ def plot_curves(series: dict[str, tuple[Sequence[float], Sequence[float]]], xlab
                     transform=ax.transAxes, color="0.4")
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
-        if logy:
-            ax.set_yscale("log")
         if title:
             ax.set_title(title)
         if series:

@@ -78,6 +78,20 @@ from .links import extract_links, to_pharaoh
 # ----------------------------------------------------------------------------- records
 
 
+@dataclass(frozen=True)
+class EosPositions:
+    """Which EOS positions a sentence's ``(L, H, T, S)`` attention has (``AlignmentRecord.build``): the source EOS
+    column and the target EOS row. A hypothesis cut at max length has no target EOS row; an empty input has
+    neither (``NO_EOS``)."""
+
+    src_eos: bool = True
+    tgt_eos: bool = True
+
+
+#: the attention of an empty input: no EOS row or column (``AlignmentRecord.build``)
+NO_EOS = EosPositions(src_eos=False, tgt_eos=False)
+
+
 @dataclass
 class AlignmentRecord:
     """One sentence's attention and everything derived from it (see the module docstring).
@@ -118,20 +132,19 @@ class AlignmentRecord:
         src_pieces: Sequence[str],
         tgt_pieces: Sequence[str],
         attention: np.ndarray,
-        layer: int | str = AlignConfig.layer,
-        heads: Heads = AlignConfig.heads,
-        include_eos: bool = AlignConfig.include_eos,
-        method: str = AlignConfig.method,
-        threshold: float | None = AlignConfig.threshold,
-        src_eos: bool = True,
-        tgt_eos: bool = True,
+        align: AlignConfig | None = None,
+        eos: EosPositions = EosPositions(),
     ) -> AlignmentRecord:
-        """Derive matrices and links from one sentence's ``(L, H, T, S)`` attention.
+        """Derive matrices and links from one sentence's ``(L, H, T, S)`` attention, read as ``align`` says
+        (layer, heads, include_eos, method, threshold; default ``AlignConfig()``).
 
         Pieces may be given with or without a trailing ``</s>``. Rows/columns beyond the pieces
-        (+ EOS) are padding and trimmed. ``tgt_eos=False`` for a hypothesis cut at max length.
+        (+ EOS) are padding and trimmed. ``eos`` says which EOS positions ``attention`` has
+        (``EosPositions``: no target EOS row for a hypothesis cut at max length, neither for an empty input).
         """
-        check_link_method(method)
+        align = align or AlignConfig()
+        src_eos, tgt_eos = eos.src_eos, eos.tgt_eos
+        check_link_method(align.method)
         src, tgt = strip_eos(src_pieces), strip_eos(tgt_pieces)
         n_src, n_tgt = len(src) + src_eos, len(tgt) + tgt_eos
         attn = as_array(attention).astype(np.float32)
@@ -142,11 +155,11 @@ class AlignmentRecord:
             )
         attn = attn[:, :, :n_tgt, :n_src]  # drop padding
         src_all, tgt_all = src + [EOS] * src_eos, tgt + [EOS] * tgt_eos
-        subword = aggregate(attn, layer, heads)
+        subword = aggregate(attn, align.layer, align.heads)
         words = merge_to_words(subword, src_all, tgt_all)
-        src_labels = src_all if include_eos else src
-        tgt_labels = tgt_all if include_eos else tgt
-        if not include_eos:
+        src_labels = src_all if align.include_eos else src
+        tgt_labels = tgt_all if align.include_eos else tgt
+        if not align.include_eos:
             subword = drop_eos(subword, not src_eos, not tgt_eos)
             words = drop_eos(words, not src_eos, not tgt_eos)
         return cls(
@@ -154,11 +167,11 @@ class AlignmentRecord:
             src_pieces=src_labels, tgt_pieces=tgt_labels,
             src_words=words_from_pieces(src_labels), tgt_words=words_from_pieces(tgt_labels),
             attention=attn, subword=subword, words=words,
-            pharaoh_subword=to_pharaoh(extract_links(subword, method, threshold)),
-            pharaoh_word=to_pharaoh(extract_links(words, method, threshold)),
-            layer=layer, layer_used=resolve_layer(layer, attn.shape[0]), heads=heads,
-            include_eos=include_eos, method=method,
-            threshold=link_share(method, threshold),
+            pharaoh_subword=to_pharaoh(extract_links(subword, align.method, align.threshold)),
+            pharaoh_word=to_pharaoh(extract_links(words, align.method, align.threshold)),
+            layer=align.layer, layer_used=resolve_layer(align.layer, attn.shape[0]), heads=align.heads,
+            include_eos=align.include_eos, method=align.method,
+            threshold=link_share(align.method, align.threshold),
             src_eos=src_eos, tgt_eos=tgt_eos,
         )
 
@@ -211,17 +224,12 @@ class AlignmentWriter:
         self,
         jsonl_path: str | os.PathLike,
         npz_path: str | os.PathLike | None = None,
-        layer: int | str = AlignConfig.layer,
-        heads: Heads = AlignConfig.heads,
-        include_eos: bool = AlignConfig.include_eos,
-        method: str = AlignConfig.method,
-        threshold: float | None = AlignConfig.threshold,
+        align: AlignConfig | None = None,
     ) -> None:
-        check_link_method(method)
+        self.align = align or AlignConfig()  # how every record is read (``AlignmentRecord.build``)
+        check_link_method(self.align.method)
         self.jsonl_path = Path(jsonl_path)
         self.npz_path = Path(npz_path) if npz_path is not None else None
-        self.settings = dict(layer=layer, heads=heads, include_eos=include_eos, method=method,
-                             threshold=threshold)
         self._indices: list[int] = []
         self._seen: set[int] = set()
         self._jsonl_tmp: Path | None = None
@@ -240,9 +248,9 @@ class AlignmentWriter:
     def add(self, index: int, source: str, target: str, src_pieces: Sequence[str],
             tgt_pieces: Sequence[str], attention: np.ndarray, tgt_eos: bool = True
             ) -> AlignmentRecord:
-        """Build a record with this writer's settings, write it and return it."""
-        record = AlignmentRecord.build(index, source, target, src_pieces, tgt_pieces, attention,
-                                       tgt_eos=tgt_eos, **self.settings)
+        """Build a record with this writer's ``align``, write it and return it."""
+        record = AlignmentRecord.build(index, source, target, src_pieces, tgt_pieces, attention, self.align,
+                                       EosPositions(tgt_eos=tgt_eos))
         self.write(record)
         return record
 
@@ -281,9 +289,10 @@ class AlignmentWriter:
         ok = False
         try:
             if exc_type is None and self._zip is not None:
-                heads = self.settings["heads"]
-                meta = dict(self.settings, sentences=len(self._indices), indices=self._indices,
-                            heads=heads if isinstance(heads, str) else _int_list(heads))
+                align = self.align
+                heads = align.heads if isinstance(align.heads, str) else _int_list(align.heads)
+                meta = dict(layer=align.layer, heads=heads, include_eos=align.include_eos, method=align.method,
+                            threshold=align.threshold, sentences=len(self._indices), indices=self._indices)
                 self._add_array("meta", np.array(json.dumps(meta)))
             ok = exc_type is None
         finally:

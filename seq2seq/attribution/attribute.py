@@ -50,7 +50,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..alignment.matrices import Heads
 from ..config import AlignConfig, AttributionConfig
 from ..errors import UserError
 from ..models.base import EncoderDecoder
@@ -64,18 +63,18 @@ from .perturbation import occlusion
 
 
 def attribute(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[int], method: str,
-              steps: int = AttributionConfig.ig_steps, *, samples: int | None = None,
-              seed: int = AttributionConfig.seed, layer: int | str = AlignConfig.layer,
-              heads: Heads = AlignConfig.heads, src_pieces: Sequence[str] | None = None,
-              contrast_ids: Sequence[int] | None = None) -> Attribution:
+              attribution: AttributionConfig | None = None, align: AlignConfig | None = None, *,
+              src_pieces: Sequence[str] | None = None, contrast_ids: Sequence[int] | None = None) -> Attribution:
     """Dispatch on ``method`` (one of ``METHODS``). ``src_ids`` end with EOS; ``tgt_ids`` exclude
     BOS/EOS (e.g. ``Translation.src_tokens`` and ``Translation.tokens``).
 
-    Options: ``steps`` (integrated gradients), ``samples`` and ``seed`` (LIME, KernelSHAP; samples
-    None = ``perturbation.DEFAULT_SAMPLES``), ``layer`` and ``heads`` (grad-attention, as for
-    attention), ``src_pieces`` (LIME, KernelSHAP: the source pieces incl. EOS, grouped into words;
+    Options: ``attribution`` (``AttributionConfig``, default ``AttributionConfig()``; its ``methods`` are not
+    read): ``ig_steps`` (integrated gradients), ``samples`` and ``seed`` (LIME, KernelSHAP); ``align``
+    (``AlignConfig``, default ``AlignConfig()``): its ``layer`` and ``heads`` (grad-attention, as for
+    attention); ``src_pieces`` (LIME, KernelSHAP: the source pieces incl. EOS, grouped into words;
     None = every piece is a word), ``contrast_ids`` (a contrastive target, ids without BOS/EOS: every
     method but grad-attention then explains log p(y_t) - log p(y'_t), ``base.subtract_contrast``)."""
+    attribution, align = attribution or AttributionConfig(), align or AlignConfig()
     if not src_ids or src_ids[-1] != EOS_ID:
         raise ValueError("attribute: src_ids must end with EOS (id 3), as the model was trained")
     if method not in METHODS:
@@ -90,28 +89,28 @@ def attribute(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[i
     if method == "gradient":
         return gradient_x_input(model, src_ids, tgt_ids, contrast_ids)
     if method == "integrated-gradients":
-        return integrated_gradients(model, src_ids, tgt_ids, steps, contrast_ids)
+        return integrated_gradients(model, src_ids, tgt_ids, attribution.ig_steps, contrast_ids)
     if method == "occlusion":
         return occlusion(model, src_ids, tgt_ids, contrast_ids=contrast_ids)
     if method == "grad-attention":
-        return grad_weighted_attention(model, src_ids, tgt_ids, layer, heads)
-    from .perturbation import DEFAULT_SAMPLES, explain_words
+        return grad_weighted_attention(model, src_ids, tgt_ids, align.layer, align.heads)
+    from .perturbation import explain_words
 
-    return explain_words(model, src_ids, tgt_ids, method, DEFAULT_SAMPLES if samples is None else samples,
-                         seed, src_pieces, contrast_ids)
+    return explain_words(model, src_ids, tgt_ids, method, attribution.samples, attribution.seed, src_pieces,
+                         contrast_ids)
 
 
-def attribute_translation(translator, translation, method: str, steps: int = AttributionConfig.ig_steps,
-                          contrast: str | None = None, **options) -> Attribution:
-    """Attribution of a ``Translation`` returned by ``translator.translate`` (``options``: those of
-    ``attribute`` but ``src_pieces``, which come from the translation). ``contrast``: an alternative
+def attribute_translation(translator, translation, method: str, attribution: AttributionConfig | None = None,
+                          align: AlignConfig | None = None, *, contrast: str | None = None) -> Attribution:
+    """Attribution of a ``Translation`` returned by ``translator.translate`` (``attribution`` and ``align`` as
+    ``attribute`` reads them; the source pieces come from the translation). ``contrast``: an alternative
     translation (text) to explain the output against, "why this rather than that" (the export records
     it as ``contrast``)."""
     if not translation.src_tokens:
         raise ValueError("attribute_translation: the translation has no source tokens (empty input)")
     contrast_ids = None if contrast is None else translator.tokenizer.encode(contrast.strip())
-    attribution = attribute(translator.model, translation.src_tokens, translation.tokens, method, steps,
-                            src_pieces=translation.src_pieces, contrast_ids=contrast_ids, **options)
+    result = attribute(translator.model, translation.src_tokens, translation.tokens, method, attribution, align,
+                       src_pieces=translation.src_pieces, contrast_ids=contrast_ids)
     if contrast is not None:
-        attribution.settings["contrast"] = contrast.strip()
-    return attribution
+        result.settings["contrast"] = contrast.strip()
+    return result

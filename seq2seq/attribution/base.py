@@ -50,9 +50,9 @@ class Attribution:
                tgt_pieces: Sequence[str], include_eos: bool = AlignConfig.include_eos, method: str = AlignConfig.method,
                threshold: float | None = AlignConfig.threshold) -> AlignmentRecord:
         """``matrix`` as an AlignmentRecord (word merge, EOS policy, hard links), like attention."""
-        return AlignmentRecord.build(index, source, target, src_pieces, tgt_pieces,
-                                     self.matrix[None, None], layer=0, heads="mean",
-                                     include_eos=include_eos, method=method, threshold=threshold)
+        return AlignmentRecord.build(index, source, target, src_pieces, tgt_pieces, self.matrix[None, None],
+                                     AlignConfig(layer=0, heads="mean", method=method, threshold=threshold,
+                                                 include_eos=include_eos))
 
     def record_for(self, translation, index: int, **options) -> AlignmentRecord:
         """``record`` labelled with a ``Translation``'s texts and pieces (options: include_eos,

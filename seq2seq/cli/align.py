@@ -10,7 +10,8 @@ See ``seq2seq/jobs/align.py`` for how the target is force-decoded and links are 
 from __future__ import annotations
 
 from ..errors import UserError
-from ..config import ADAPT_LR, ADAPT_PAIRS, LINK_METHODS, MODEL_SYMMETRIZATION, MODEL_SYMMETRIZATIONS
+from ..config import (ADAPT_LR, ADAPT_PAIRS, FORCED_BATCH_SIZE, LINK_METHODS, MODEL_SYMMETRIZATION,
+                      MODEL_SYMMETRIZATIONS)
 from .common import DeprecatedAlias, add_alignment_flags, add_device_flag, align_config, job_config, parser_for, run_cli
 
 
@@ -42,7 +43,8 @@ def parse_args(argv: list[str] | None):
                    help="with --adapt-steps: adapt a copy of each model to every this many consecutive pairs, "
                         "--adapt-steps updates each (the cost grows with the pairs; 0: one copy for all pairs) "
                         f"(default: {ADAPT_PAIRS})")
-    p.add_argument("--batch-size", type=int, default=32, help="sentence pairs per forward pass (default: 32)")
+    p.add_argument("--batch-size", type=int, default=FORCED_BATCH_SIZE,
+                   help=f"sentence pairs per forward pass (default: {FORCED_BATCH_SIZE})")
     add_device_flag(p)
     args = p.parse_args(argv)
     args.align = align_config(args)

@@ -26,9 +26,9 @@ from pydantic import NonNegativeFloat, NonNegativeInt, TypeAdapter, ValidationEr
 
 from ..errors import UserError
 from .align import (  # noqa: F401  (re-exported: ``from seq2seq.config import AlignConfig`` everywhere)
-    ADAPT_LR, ADAPT_PAIRS, LINK_METHODS, MARKUP_SYMMETRIZATION, MODEL_SYMMETRIZATION, MODEL_SYMMETRIZATIONS,
-    SYMMETRIZATIONS, AlignConfig, AttributionConfig, DEFAULT_SHARES, check_link_method, layer_index, link_share,
-    parse_heads, parse_layer,
+    ADAPT_LR, ADAPT_PAIRS, FORCED_BATCH_SIZE, LINK_METHODS, MARKUP_SYMMETRIZATION, MODEL_SYMMETRIZATION,
+    MODEL_SYMMETRIZATIONS, SYMMETRIZATIONS, AlignConfig, AttributionConfig, DEFAULT_SHARES, check_link_method,
+    layer_index, link_share, parse_heads, parse_layer,
 )
 from .data import SELF_GUIDANCE, DataConfig  # noqa: F401
 from .decode import DECODER_ROWS, DEFAULT_BEAM_SIZE, DecodeConfig, check_decoding  # noqa: F401

@@ -83,7 +83,8 @@ class AlignConfig:
         return self.heads if isinstance(self.heads, str) else ",".join(str(h) for h in self.heads)
 
     def link_options(self) -> dict[str, Any]:
-        """The keyword arguments of ``AlignmentRecord.build`` besides layer and heads."""
+        """The keyword arguments of ``Translation.alignment_record`` and ``Attribution.record`` besides layer and
+        heads (``AlignmentRecord.build`` takes the ``AlignConfig`` whole)."""
         return {"include_eos": self.include_eos, "method": self.method, "threshold": self.threshold}
 
 
@@ -167,3 +168,6 @@ ADAPT_LR = 3e-4
 #: ... and how many consecutive pairs each adapted copy is fitted to (``align --adapt-pairs``): the gain comes
 #: from fitting few pairs many times (docs/guides/alignments.md, adapting to the pairs)
 ADAPT_PAIRS = 100
+#: Sentence pairs per teacher-forced pass when the attention of given pairs is read: forced alignment
+#: (``align --batch-size``, ``decoding.forced_alignment``), compare's forced attentions and analyze's forced passes
+FORCED_BATCH_SIZE = 32

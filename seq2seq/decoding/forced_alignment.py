@@ -18,7 +18,7 @@ import numpy as np
 from ..alignment.links import agreement_matrix, extract_links, parse_pharaoh, symmetrized, to_pharaoh, transpose_links
 from ..alignment.matrices import Link, as_array, check_layer_heads, words_from_pieces
 from ..alignment.records import AlignmentRecord
-from ..config import MARKUP_SYMMETRIZATION, MODEL_SYMMETRIZATION, MODEL_SYMMETRIZATIONS, AlignConfig
+from ..config import FORCED_BATCH_SIZE, MARKUP_SYMMETRIZATION, MODEL_SYMMETRIZATION, MODEL_SYMMETRIZATIONS, AlignConfig
 from ..errors import UserError
 from ..runtime import LOGGER
 from ..tokenizer import EOS_ID
@@ -28,7 +28,7 @@ from .translator import Translator
 
 def force_align_words(translator: Translator, sources: Sequence[str], targets: Sequence[str],
                       layer: int | str = AlignConfig.layer, heads: str | list[int] = AlignConfig.heads,
-                      batch_size: int = 32, names: tuple[str, str] = ("source", "target"),
+                      batch_size: int = FORCED_BATCH_SIZE, names: tuple[str, str] = ("source", "target"),
                       first_line: int = 1) -> list[np.ndarray]:
     """Word-level ``(target words, source words)`` attention of each sentence pair (EOS dropped), from a
     teacher-forced pass over the given targets. ``names`` label the files in warnings, where ``sources[0]`` is
@@ -48,17 +48,19 @@ def force_align_words(translator: Translator, sources: Sequence[str], targets: S
                 LOGGER.warning(f"warning: {name} line {first_line + i}: {len(text.split())} whitespace words but "
                                f"{len(words_from_pieces(pieces))} after tokenization; word indices may be off")
         words[i] = AlignmentRecord.build(i, sources[i], targets[i], src_pieces, tgt_pieces, attn,
-                                         layer=layer, heads=heads).words
+                                         AlignConfig(layer=layer, heads=heads)).words
     return words
 
 
 def force_align(translator: Translator, sources: Sequence[str], targets: Sequence[str],
-                layer: int | str = AlignConfig.layer, heads: str | list[int] = AlignConfig.heads,
-                method: str = AlignConfig.method, threshold: float | None = AlignConfig.threshold, batch_size: int = 32,
+                align: AlignConfig | None = None, batch_size: int = FORCED_BATCH_SIZE,
                 names: tuple[str, str] = ("source", "target")) -> list[set[Link]]:
-    """Word-level (src, tgt) links per sentence pair (``force_align_words`` read by ``method``)."""
-    return [extract_links(m, method, threshold)
-            for m in force_align_words(translator, sources, targets, layer, heads, batch_size, names)]
+    """Word-level (src, tgt) links per sentence pair: ``force_align_words`` with ``align``'s layer and heads, read
+    by its method and threshold (default ``AlignConfig()``; EOS is always dropped, ``include_eos`` and
+    ``model_default`` are not read)."""
+    align = align or AlignConfig()
+    return [extract_links(m, align.method, align.threshold)
+            for m in force_align_words(translator, sources, targets, align.layer, align.heads, batch_size, names)]
 
 
 def check_backward(forward: Translator, backward: Translator, flag: str = "--backward-checkpoint") -> None:
@@ -85,7 +87,8 @@ class BackwardAligner:
     alignment)."""
 
     def __init__(self, forward: Translator, backward: Translator, align: AlignConfig | None = None,
-                 symmetrize: str | None = None, batch_size: int = 32, flag: str = "--backward-checkpoint") -> None:
+                 symmetrize: str | None = None, batch_size: int = FORCED_BATCH_SIZE,
+                 flag: str = "--backward-checkpoint") -> None:
         check_backward(forward, backward, flag)
         align = align or AlignConfig(model_default=True)  # each model's supervised heads where it has them
         if symmetrize is not None and symmetrize not in MODEL_SYMMETRIZATIONS:  # fails now, not after a batch

@@ -231,20 +231,30 @@ def word_links(links: set[tuple[int, int]], n_source: int, n_target: int, record
     return mapped
 
 
+@dataclass
+class TargetRequirements:
+    """What the translation of each line must start with (``prefix``, one string per line, "" = none) and
+    contain (``constraints``, one list of target phrases per line, [] = none): ``Translator.translate``'s
+    keywords of the same names, as plain target text (with markup: ``plain_prefixes``)."""
+
+    prefix: Sequence[str] | None = None
+    constraints: Sequence[Sequence[str]] | None = None
+
+
 def translate_markup(translator, lines: Sequence[str], mode: str, decode=None, align=None,
-                     first_line: int = 1, backward=None, prefix: Sequence[str] | None = None,
-                     constraints: Sequence[Sequence[str]] | None = None) -> list[str]:
+                     first_line: int = 1, backward=None, requirements: TargetRequirements | None = None
+                     ) -> list[str]:
     """Translate ``lines`` of text with inline markup (``mode`` "xml" or "html") with ``translator``
     (a ``Translator``; ``decode`` a ``DecodeConfig``), each element carried across by the word links
     of ``align`` (an ``AlignConfig``; default: the model's supervised heads where it was trained
     with guided alignment, else ``seq2seq translate``'s default layer), symmetrized with a target->source
     model's where ``backward`` (a ``BackwardAligner``) is given; the best translation of each line.
-    ``prefix`` and ``constraints``, one per line, as ``Translator.translate`` takes them: plain target text
-    (``plain_prefixes``). Errors name the line."""
+    ``requirements``: each line's prefix and constraints (``TargetRequirements``). Errors name the line."""
     from ..config import AlignConfig
 
     parsed = parse_lines(lines, mode, first_line)
     align = (align or AlignConfig()).for_model(translator.supervised_attention)
+    prefix, constraints = (requirements.prefix, requirements.constraints) if requirements else (None, None)
     results = translator.translate([text for text, _ in parsed], decode, need_attention=True, first_line=first_line,
                                    prefix=None if prefix is None else plain_prefixes(prefix, mode, first_line),
                                    constraints=constraints)

@@ -69,9 +69,9 @@ class Translation:
 
         if self.attention is None:
             raise ValueError("translate with need_attention=True to get alignments")
-        return AlignmentRecord.build(index, self.source, self.text, self.src_pieces, self.tgt_pieces,
-                                     self.attention, layer=layer, heads=heads, include_eos=include_eos,
-                                     method=method, threshold=threshold)
+        return AlignmentRecord.build(index, self.source, self.text, self.src_pieces, self.tgt_pieces, self.attention,
+                                     AlignConfig(layer=layer, heads=heads, method=method, threshold=threshold,
+                                                 include_eos=include_eos))
 
 
 @dataclass

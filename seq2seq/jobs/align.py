@@ -36,7 +36,7 @@ from ..alignment.links import AlignmentScores, alignment_error_rate, extract_lin
 from ..alignment.matrices import Link, check_layer_heads
 from ..decoding.forced_alignment import BackwardAligner, force_align_words
 from ..decoding.translator import Translator
-from ..config import ADAPT_LR, ADAPT_PAIRS, MODEL_SYMMETRIZATION, AlignConfig
+from ..config import ADAPT_LR, ADAPT_PAIRS, FORCED_BATCH_SIZE, MODEL_SYMMETRIZATION, AlignConfig
 from ..errors import UserError
 from ..io_utils import atomic_output, counted, markdown_table, read_parallel
 from ..runtime import LOGGER
@@ -55,7 +55,7 @@ class AlignJob:
     symmetrize: str | None = None  # which links --output gets (None: MODEL_SYMMETRIZATION with a backward model)
     output: str | None = None  # Pharaoh lines of the chosen links
     json: bool = False  # also print the scores as one JSON line
-    batch_size: int = 32  # sentence pairs per forward pass
+    batch_size: int = FORCED_BATCH_SIZE  # sentence pairs per forward pass
     device: str = "auto"
     adapt_steps: int = 0  # fine-tune each model on the pairs first (``training.adapt``)
     adapt_lr: float = ADAPT_LR

@@ -245,6 +245,7 @@ class _alignment_sink:
 
         self.job, self.translator, self.contrasts, self.backward = job, translator, contrasts, backward
         self.layer, self.heads = check_layer_heads(job.align.layer, job.align.heads, translator.model)
+        self.align = dataclasses.replace(job.align, layer=self.layer, heads=self.heads)  # checked against the model
         self.members: list[tuple[str, object]] = []  # (checkpoint, model) of every ensemble member
         if isinstance(translator.model, EnsembleModel):
             names = translator.checkpoints or [f"member {m}" for m in range(len(translator.model.members))]
@@ -263,8 +264,7 @@ class _alignment_sink:
             if path.suffix == ".npz":
                 raise UserError(f"--alignments {path}: give the JSONL path (e.g. align.jsonl); the "
                                 ".npz arrays are written beside it")
-            self.writer = AlignmentWriter(path, path.with_suffix(".npz"), layer=self.layer,
-                                          heads=self.heads, **self.options)
+            self.writer = AlignmentWriter(path, path.with_suffix(".npz"), self.align)
         self.viewer = None
         if job.html:
             from ..alignment.viewer import ViewerWriter
@@ -318,8 +318,7 @@ class _alignment_sink:
                     own = self._empty_record(result, index, member)
                 else:
                     own = AlignmentRecord.build(index, result.source, result.text, result.src_pieces,
-                                                result.tgt_pieces, result.member_attention[m], self.layer,
-                                                self.heads, **self.options)
+                                                result.tgt_pieces, result.member_attention[m], self.align)
                 fields = own.to_json()
                 record.extra["members"].append({"checkpoint": name, **{key: fields[key] for key in MEMBER_KEYS}})
                 record.extra_arrays[f"member{m}_attention"] = own.attention
@@ -349,11 +348,10 @@ class _alignment_sink:
 
     def _empty_record(self, result: Translation, index: int, model):
         """Empty input: an empty record keeps one JSONL line per input."""
-        from ..alignment.records import AlignmentRecord
+        from ..alignment.records import NO_EOS, AlignmentRecord
 
         empty = np.zeros((model.attention_layers, model.attention_heads, 0, 0), dtype=np.float32)
-        return AlignmentRecord.build(index, result.source, result.text, [], [], empty, self.layer,
-                                     self.heads, src_eos=False, tgt_eos=False, **self.options)
+        return AlignmentRecord.build(index, result.source, result.text, [], [], empty, self.align, NO_EOS)
 
     def _attributions(self, result: Translation, record) -> list:
         """Attribution records of ``result``; stored in ``record``'s extra JSON keys / npz arrays."""
@@ -363,11 +361,8 @@ class _alignment_sink:
         line = self.contrasts[record.index].strip() if self.contrasts is not None else ""
         contrast = line or None  # an empty line: no contrast for this sentence
         for name in self.methods:
-            attribution = attribute_translation(self.translator, result, name, self.job.attribution.ig_steps,
-                                                contrast=contrast,
-                                                samples=self.job.attribution.samples,
-                                                seed=self.job.attribution.seed, layer=self.layer,
-                                                heads=self.heads)
+            attribution = attribute_translation(self.translator, result, name, self.job.attribution, self.align,
+                                                contrast=contrast)
             attr_record = attribution.record_for(result, record.index, **self.options)
             record.extra.setdefault("attribution", {})[name] = attribution.to_json(attr_record)
             record.extra_arrays[f"attr_{name}_raw"] = attribution.raw

@@ -23,11 +23,13 @@ Inputs are read and checked before any model runs; the directory is built under 
 and renamed into place at the end (``compare.report.staged_directory``), so an error leaves nothing.
 
 Modules: ``stats`` (the statistics and classes, with their formulas), ``heads`` (masking,
-importance, pruning), ``figures``, ``render`` (markdown), ``report`` (inputs, models, the directory).
+importance, pruning), ``figures``, ``render`` (markdown), ``report`` (inputs, models, the directory),
+``job`` (``AnalyzeJob``, the typed options).
 """
 from .heads import cross_attention_layers, head_importance, masked_heads, pruning_order
 from .render import render_markdown
-from .report import AnalyzeJob, analyze, build_report, read_corpus
+from .job import AnalyzeJob
+from .report import analyze, build_report, read_corpus
 from .stats import (
     CLASSES,
     RowStatistics,

@@ -26,6 +26,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 import torch
 
+from ...config import FORCED_BATCH_SIZE
 from ...decoding.scoring import teacher_force
 from ...decoding.translator import Translator
 from ...metrics import corpus_bleu
@@ -33,6 +34,7 @@ from ...models.base import EncoderDecoder
 from ...models.transformer import TransformerEncoderDecoder
 from ...nn.attention import MultiHeadAttention
 from ...runtime import progress_bar
+from .job import AnalyzeJob
 
 Head = tuple[int, int]  # (layer, head)
 
@@ -96,22 +98,23 @@ def pruning_order(delta_loss: np.ndarray) -> list[Head]:
 
 
 def head_importance(translator: Translator, src_ids: Sequence[list[int]], tgt_ids: Sequence[list[int]],
-                    bleu_sources: Sequence[str], bleu_references: Sequence[str], beam_size: int,
-                    batch_size: int | None, max_pruned: int | None, quiet: bool = True) -> dict[str, Any]:
+                    bleu_sources: Sequence[str], bleu_references: Sequence[str], job: AnalyzeJob) -> dict[str, Any]:
     """Importance of every cross-attention head (the loss change I_h, the BLEU change on the subset
     when it alone is masked) and BLEU and loss with the k least important heads masked, k = 0..K
-    (K = ``max_pruned``, default all heads). No subset (empty ``bleu_sources``): no BLEU."""
+    (K = ``job.max_pruned``, default all heads). No subset (empty ``bleu_sources``): no BLEU. ``job``'s
+    ``beam_size`` and ``batch_size`` translate the subset, ``batch_size`` (default ``FORCED_BATCH_SIZE``)
+    force-decodes; ``job.quiet``: no progress bars."""
     model = translator.model
     layers = cross_attention_layers(model)
     shape = (len(layers), layers[0].heads)
-    force_batch = batch_size or 32
+    force_batch = job.batch_size or FORCED_BATCH_SIZE
     with_bleu = len(bleu_sources) > 0
 
     def bleu(masked: Iterable[Head]) -> float | None:
         if not with_bleu:
             return None
         with masked_heads(model, masked):
-            return subset_bleu(translator, bleu_sources, bleu_references, beam_size, batch_size)
+            return subset_bleu(translator, bleu_sources, bleu_references, job.beam_size, job.batch_size)
 
     def loss(masked: Iterable[Head]) -> float:
         with masked_heads(model, masked):
@@ -120,14 +123,14 @@ def head_importance(translator: Translator, src_ids: Sequence[list[int]], tgt_id
     base_loss, base_bleu = loss(()), bleu(())
     every = [(layer, head) for layer in range(shape[0]) for head in range(shape[1])]
     delta_loss, masked_bleu = np.zeros(shape), np.full(shape, np.nan)
-    for layer, head in progress(every, "mask heads", quiet):
+    for layer, head in progress(every, "mask heads", job.quiet):
         delta_loss[layer, head] = loss([(layer, head)]) - base_loss
         if with_bleu:
             masked_bleu[layer, head] = bleu([(layer, head)])
     order = pruning_order(delta_loss)
-    top = len(order) if max_pruned is None else min(max_pruned, len(order))
+    top = len(order) if job.max_pruned is None else min(job.max_pruned, len(order))
     pruning = [{"k": 0, "heads": [], "loss": base_loss, "bleu": base_bleu}]
-    for k in progress(range(1, top + 1), "prune heads", quiet):
+    for k in progress(range(1, top + 1), "prune heads", job.quiet):
         pruning.append({"k": k, "heads": [list(h) for h in order[:k]], "loss": loss(order[:k]),
                         "bleu": bleu(order[:k])})
     return {

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -13,7 +13,7 @@ import numpy as np
 from ...alignment.links import alignment_error_rate, extract_links, read_gold_alignments
 from ...alignment.matrices import aggregate, check_layer_heads, words_from_pieces
 from ...alignment.records import AlignmentRecord
-from ...config import DEFAULT_BEAM_SIZE, AlignConfig
+from ...config import FORCED_BATCH_SIZE
 from ...data.files import read_lines
 from ...decoding.scoring import teacher_force
 from ...errors import UserError
@@ -24,34 +24,12 @@ from ..compare.decode import System, load_system, resolve_checkpoint, system_nam
 from ..compare.report import slug, staged_directory, versions
 from .figures import plot_class_shares, plot_head_panels, plot_pruning
 from .heads import cross_attention_layers, head_importance
+from .job import AnalyzeJob
 from .render import render_markdown
 from .stats import RowStatistics, SourceMass, function_words, head_aer, piece_classes
 
 RNN_NOTE = ("the RNN has a single attention (one layer, one head), so there is no other head to compare "
             "it with: head importance and pruning are skipped")
-
-
-@dataclass
-class AnalyzeJob:
-    """What ``seq2seq analyze`` takes: the models, the text (and optionally references and gold links),
-    the report directory and the analysis settings. ``argv`` is the command line the report records."""
-
-    checkpoint: list[str]  # run directories (their best.pt) or .pt files; one report column each
-    input: str  # source sentences, one per line (empty lines are skipped)
-    output_dir: str  # the report directory (new, or an earlier report to replace)
-    names: list[str] | None = None
-    reference: str | None = None  # force-decode these (None: the models' own translations)
-    gold_alignments: str | None = None  # Pharaoh gold links of input / reference: AER per layer and head
-    beam_size: int = DEFAULT_BEAM_SIZE
-    batch_size: int | None = None  # None: 32 force-decoding, 320 / beam size translating
-    bleu_sentences: int = 100  # BLEU of masked and pruned models on the first N analysed sentences
-    max_pruned: int | None = None  # pruning curve up to K heads masked (None: all)
-    function_words: int = 50  # the N most frequent source words count as function words
-    top_words: int = 15  # list the N source words with the most attention mass
-    align: AlignConfig = field(default_factory=AlignConfig)
-    device: str = "auto"
-    quiet: bool = False
-    argv: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -114,13 +92,14 @@ def analyze_model(system: System, corpus: Corpus, job: AnalyzeJob) -> dict[str, 
     translator, model = system.translator, system.translator.model
     tok, limit = translator.tokenizer, translator.max_input_tokens
     layer, heads = check_layer_heads(job.align.layer, job.align.heads, model)
+    word_align = replace(job.align, layer=layer, heads=heads, include_eos=False)  # the gold's words: EOS dropped
     src_ids = [tok.encode(corpus.sources[i].strip())[:limit] + [EOS_ID] for i in corpus.indices]
     tgt_ids, tgt_texts = targets_of(system, corpus, job)
     order = sorted(range(len(src_ids)), key=lambda k: -len(src_ids[k]))  # similar lengths per batch
     sorted_src, sorted_tgt = [src_ids[k] for k in order], [tgt_ids[k] for k in order]
     log("force", model=system.name, sentences=len(order), quiet=job.quiet)
     log_probs, forced = teacher_force(model, sorted_src, sorted_tgt, need_attention=True,
-                                      batch_size=job.batch_size or 32)
+                                      batch_size=job.batch_size or FORCED_BATCH_SIZE)
     attention = dict(zip(order, forced))  # (L, H, T+1, S+1) per analysed line
     functional = set(corpus.functional)
     per_head = RowStatistics(model.attention_layers, model.attention_heads)
@@ -138,8 +117,7 @@ def analyze_model(system: System, corpus: Corpus, job: AnalyzeJob) -> dict[str, 
             source, target = corpus.sources[line], tgt_texts[k]
             mismatched += (len(words_from_pieces(src_pieces[:-1])) != len(source.split())
                            or len(words_from_pieces(tgt_pieces[:-1])) != len(target.split()))
-            record = AlignmentRecord.build(line, source, target, src_pieces, tgt_pieces, a, layer=layer, heads=heads,
-                                           method=job.align.method, threshold=job.align.threshold)
+            record = AlignmentRecord.build(line, source, target, src_pieces, tgt_pieces, a, word_align)
             head_words.append(record.word_attention())  # (L, H, Tw, Sw), EOS dropped
             pooled_links.append(extract_links(record.words, job.align.method, job.align.threshold))
     entry: dict[str, Any] = {
@@ -168,8 +146,7 @@ def analyze_model(system: System, corpus: Corpus, job: AnalyzeJob) -> dict[str, 
     log("importance", model=system.name, heads=model.attention_layers * model.attention_heads,
         bleu_sentences=len(subset), quiet=job.quiet)
     entry["importance"] = head_importance(translator, sorted_src, sorted_tgt,
-                                          [corpus.sources[corpus.indices[k]] for k in subset], bleu_refs,
-                                          job.beam_size, job.batch_size, job.max_pruned, job.quiet)
+                                          [corpus.sources[corpus.indices[k]] for k in subset], bleu_refs, job)
     return entry
 
 

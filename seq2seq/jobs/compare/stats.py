@@ -10,6 +10,7 @@ import numpy as np
 
 from ...alignment.links import alignment_error_rate, argmax_alignment
 from ...alignment.records import AlignmentRecord
+from ...config import FORCED_BATCH_SIZE
 from ...decoding.scoring import teacher_force
 from ...decoding.translator import Translator
 from ...errors import UserError
@@ -115,7 +116,7 @@ def bucket_bleu(buckets: list[Bucket], names: Sequence[str], hypotheses: Sequenc
 
 
 def forced_attentions(translator: Translator, sources: Sequence[str], targets: Sequence[str],
-                      batch_size: int = 32, first_index: int = 0) -> list[AlignmentRecord]:
+                      batch_size: int = FORCED_BATCH_SIZE, first_index: int = 0) -> list[AlignmentRecord]:
     """Teacher-force each ``target`` on its ``source`` (``scoring.teacher_force``) and return the
     model's attention as alignment records (word matrices over source words x target words,
     default layer/heads). Both sides are cut to the translator's ``max_input_tokens`` subwords."""
