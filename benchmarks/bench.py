@@ -90,8 +90,7 @@ def decode_system(run_dir: Path, args: argparse.Namespace) -> dict:
     shortlist = Shortlist.load(run_dir / FILE_NAME, translators["fp32"].tokenizer.sha256())
     for precision in ("fp32", "fp16") + (("int8",) if int8 else ()):  # the same models, over the shortlist
         plain = translators[precision]
-        translators[f"{precision}+shortlist"] = Translator(plain.model, plain.tokenizer, plain.device,
-                                                           plain.max_input_tokens, shortlist)
+        translators[f"{precision}+shortlist"] = Translator(plain.model, plain.tokenizer, plain.decode, shortlist)
     results, baseline = {}, {}
     greedy_rows, beam_rows = DecodeConfig(beam_size=1).batch, DecodeConfig(beam_size=5).batch
     runs = (("greedy", 1, greedy_rows, "fp32"), ("beam5", 5, beam_rows, "fp32"),

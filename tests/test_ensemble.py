@@ -6,7 +6,8 @@ import torch
 
 from seq2seq.config import DecodeConfig, ModelConfig, RunConfig
 from seq2seq.decoding.ensemble import EnsembleModel
-from seq2seq.decoding.search import Sampling, beam_search, greedy_search, sample_search, translate_batch
+from seq2seq.decoding.generator import SearchBatch
+from seq2seq.decoding.search import translate_batch
 from seq2seq.errors import UserError
 from seq2seq.models import build_model
 from seq2seq.tokenizer import Tokenizer
@@ -36,10 +37,9 @@ def _mixture_log_prob(members, src, mask, tokens):
 
 def _searches():
     return {
-        "greedy": lambda model, src, mask: greedy_search(model, src, mask),
-        "beam": lambda model, src, mask: beam_search(model, src, mask, beam_size=3, n_best=3),
-        "sample": lambda model, src, mask: sample_search(model, src, mask, Sampling(temperature=2.0, seed=4),
-                                                         n_samples=2),
+        name: lambda model, src, mask, decode=decode: translate_batch(model, SearchBatch(src, mask), decode)
+        for name, decode in (("greedy", DecodeConfig(beam_size=1)), ("beam", DecodeConfig(beam_size=3, n_best=3)),
+                             ("sample", DecodeConfig(sample=True, temperature=2.0, seed=4, n_best=2)))
     }
 
 
@@ -124,7 +124,7 @@ def test_member_attention_and_position_limit(rnn, batch):
     learned = make_model("transformer-learned").eval()  # max_positions 16
     ensemble = EnsembleModel([rnn, learned])
     assert ensemble.max_positions == 16 and EnsembleModel([rnn]).max_positions is None
-    hyps = translate_batch(ensemble, src, mask, DecodeConfig(beam_size=2, n_best=2), need_attention=False)
+    hyps = translate_batch(ensemble, SearchBatch(src, mask), DecodeConfig(beam_size=2, n_best=2), need_attention=False)
     members = ensemble.attach_member_attention(src, src_mask=mask, hyps=hyps)
     for i, (sentence, per_hyp) in enumerate(zip(hyps, members)):
         for h, (first, second) in zip(sentence, per_hyp):

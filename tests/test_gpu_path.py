@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import seq2seq.decoding.search as search
+from seq2seq.decoding.generator import SearchBatch
 import seq2seq.decoding.vocabulary as vocabulary
 import seq2seq.nn.loss as loss_module
 from seq2seq.data.prefetch import prefetch
@@ -137,12 +138,12 @@ def test_greedy_search_looking_for_finished_sentences_every_8_steps_gives_the_sa
     the finished rows decoded meanwhile must change no output and no score."""
     model = trained[variant]
     src, mask, _, _ = reverse_batch(12, torch.Generator().manual_seed(5), 1, 6)
-    every_step = search.greedy_search(model, src, mask, need_attention=False)
+    every_step = search.greedy_search(model, SearchBatch(src, mask), need_attention=False)
     lengths = {len(h[0].tokens) for h in every_step}
     assert len(lengths) > 1  # sentences end at different steps: the rows really are dropped late
     assert search.finished_check_interval(src.device) == 1
     monkeypatch.setattr(search, "finished_check_interval", lambda device: 8)
-    every_8 = search.greedy_search(model, src, mask, need_attention=False)
+    every_8 = search.greedy_search(model, SearchBatch(src, mask), need_attention=False)
     assert [h[0].tokens for h in every_8] == [h[0].tokens for h in every_step]
     for late, early in zip(every_8, every_step):
         assert late[0].log_prob == pytest.approx(early[0].log_prob, abs=1e-5)

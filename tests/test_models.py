@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from seq2seq.config import ModelConfig
 from seq2seq.errors import UserError
 from seq2seq.models import build_model
+from seq2seq.decoding.generator import SearchBatch
 from seq2seq.decoding.search import greedy_search
 
 PAD, BOS, EOS = 0, 2, 3
@@ -105,7 +106,7 @@ def trained_once(variant: str, steps: int, lr: float, batch: int = 128, seed: in
 
 def sequence_accuracy(model, n: int = 200) -> float:
     src, mask, _, tgt_out = reverse_batch(n, torch.Generator().manual_seed(1234))
-    hyps = greedy_search(model, src, mask, need_attention=False)
+    hyps = greedy_search(model, SearchBatch(src, mask), need_attention=False)
     correct = 0
     for i, (hyp,) in enumerate(hyps):
         length = int(mask[i].sum()) - 1

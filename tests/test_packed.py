@@ -5,7 +5,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seq2seq.decoding.search import beam_search, greedy_search
+from seq2seq.config import DecodeConfig
+from seq2seq.decoding.generator import SearchBatch
+from seq2seq.decoding.search import translate_batch
 from seq2seq.nn.packed import PackedLinear, pack_for_decoding, packing_available, unpacked_copy
 from test_models import reverse_batch, trained_once
 
@@ -39,9 +41,10 @@ def test_autograd_goes_through_the_plain_product():
 def test_a_packed_model_decodes_like_the_plain_one():
     model = trained_once("transformer-pre", 150, 1e-2)
     src, mask, _, _ = reverse_batch(8, torch.Generator().manual_seed(3))
-    want = [greedy_search(model, src, mask), beam_search(model, src, mask, beam_size=3, n_best=3)]
+    searches = [DecodeConfig(beam_size=1), DecodeConfig(beam_size=3, n_best=3)]
+    want = [translate_batch(model, SearchBatch(src, mask), decode) for decode in searches]
     assert pack_for_decoding(model) > 0
-    got = [greedy_search(model, src, mask), beam_search(model, src, mask, beam_size=3, n_best=3)]
+    got = [translate_batch(model, SearchBatch(src, mask), decode) for decode in searches]
     for search, reference in zip(got, want):
         for hyps, expected in zip(search, reference):
             assert [h.tokens for h in hyps] == [h.tokens for h in expected]

@@ -7,7 +7,9 @@ import torch
 
 from seq2seq.models.rnn import StackedRNN
 from seq2seq.nn.quantize import quantize_for_decoding
-from seq2seq.decoding.search import beam_search, greedy_search
+from seq2seq.config import DecodeConfig
+from seq2seq.decoding.generator import SearchBatch
+from seq2seq.decoding.search import translate_batch
 from test_models import reverse_batch, trained_once
 
 ARCHS = ["bahdanau", "luong-general", "transformer-pre"]
@@ -109,9 +111,9 @@ def test_int8_layers_within_the_per_row_rounding_bound(trained):
 def test_int8_searches_agree_with_fp32(trained):
     src, mask, _, _ = reverse_batch(24, torch.Generator().manual_seed(5))
     int8 = quantize_for_decoding(trained)
-    for search in (greedy_search, lambda *a, **k: beam_search(*a, beam_size=3, **k)):
-        fp32 = [h.tokens for h, *_ in search(trained, src, mask, need_attention=False)]
-        hyps = search(int8, src, mask)  # attention attached by a teacher-forced int8 pass
+    for decode in (DecodeConfig(beam_size=1), DecodeConfig(beam_size=3)):
+        fp32 = [h.tokens for h, *_ in translate_batch(trained, SearchBatch(src, mask), decode, need_attention=False)]
+        hyps = translate_batch(int8, SearchBatch(src, mask), decode)  # attention: a teacher-forced int8 pass
         same = sum(h.tokens == ref for (h, *_), ref in zip(hyps, fp32))
         # int8 and fp32 are different kernels, and these briefly trained models have near-ties: a
         # share of equal outputs, not equality (20-24 of 24 where measured; a broken path gives ~0)

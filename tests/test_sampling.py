@@ -5,7 +5,9 @@ import pytest
 import torch
 
 from seq2seq.config import DecodeConfig, check_decoding
-from seq2seq.decoding.search import MAX_LEN_OFFSET, Sampling, greedy_search, max_lengths, sample_search, translate_batch
+from seq2seq.decoding.generator import SearchBatch, max_lengths
+from seq2seq.decoding.sampling import Sampling
+from seq2seq.decoding.search import greedy_search, sample_search, translate_batch
 from seq2seq.errors import UserError
 from test_models import BOS, EOS, PAD, VOCAB, make_model, trained_once, single
 
@@ -33,6 +35,11 @@ def _step_log_probs(model, src, mask, tokens, limit):
     return log_p
 
 
+def _sample(model, batch: SearchBatch, n: int = 1, need_attention: bool = True, **sampling):
+    """``n`` samples per sentence of ``batch``, drawn as ``sampling`` (``DecodeConfig``'s sampling fields) says."""
+    return sample_search(model, batch, DecodeConfig(sample=True, n_best=n, **sampling), need_attention)
+
+
 def _allowed(log_p, temperature, top_k, top_p, slack=1e-4):
     """Boolean mask (V,) of the tokens sampling may draw from one step's log p (with a rounding slack)."""
     q = (log_p.double() / temperature).softmax(-1)
@@ -51,9 +58,9 @@ def _allowed(log_p, temperature, top_k, top_p, slack=1e-4):
 @pytest.mark.parametrize("shortlist", [False, True])
 def test_top_k_one_and_temperature_zero_are_greedy_exactly(model, batch, shortlist):
     vocabulary = torch.tensor([EOS, 4, 5, 6, 7, 8, 9]) if shortlist else None
-    greedy = greedy_search(model, *batch, vocabulary=vocabulary)
-    for sampling in (Sampling(top_k=1, seed=5), Sampling(temperature=0.0), Sampling(top_k=1, top_p=0.3, seed=1)):
-        sampled = sample_search(model, *batch, sampling, vocabulary=vocabulary)
+    greedy = greedy_search(model, SearchBatch(*batch, vocabulary=vocabulary))
+    for sampling in (dict(top_k=1, seed=5), dict(temperature=0.0), dict(top_k=1, top_p=0.3, seed=1)):
+        sampled = _sample(model, SearchBatch(*batch, vocabulary=vocabulary), **sampling)
         for (g,), (s,) in zip(greedy, sampled):
             assert s.tokens == g.tokens and s.log_prob == g.log_prob and s.score == g.score
             torch.testing.assert_close(s.attention, g.attention, rtol=0, atol=0)
@@ -65,9 +72,8 @@ def test_samples_stay_inside_top_k_and_the_nucleus(model, batch, temperature, to
     nucleus of that step (top-k first, then top-p over the renormalised k best); and the reported
     log-probability is the model's own (temperature 1, untruncated) log p of the sample."""
     src, mask = batch
-    sampling = Sampling(top_k=top_k, top_p=top_p, temperature=temperature, seed=11)
-    hyps = sample_search(model, src, mask, sampling, n_samples=8, need_attention=False)
-    limits = max_lengths(model, mask, 1.5, 10)
+    hyps = _sample(model, SearchBatch(src, mask), 8, False, top_k=top_k, top_p=top_p, temperature=temperature, seed=11)
+    limits = max_lengths(model, mask, DecodeConfig())
     drawn = set()
     for i, samples in enumerate(hyps):
         assert len(samples) == 8 and [h.score for h in samples] == sorted((h.score for h in samples), reverse=True)
@@ -107,8 +113,9 @@ def test_first_token_frequencies_match_softmax_of_logits_over_temperature(temper
     model = make_model("transformer-pre").eval()  # untrained: a flat, many-token distribution
     src = torch.tensor([[5, 9, 7, EOS]])
     n = 20000
-    hyps = sample_search(model, src, src != PAD, Sampling(temperature=temperature, seed=2024), n_samples=n,
-                         max_len_ratio=0.0, max_len_offset=1, need_attention=False)[0]
+    hyps = sample_search(model, SearchBatch(src, src != PAD),  # bound: ceil(4 x 0.25) + 0 = 1 token
+                         DecodeConfig(sample=True, n_best=n, temperature=temperature, seed=2024, max_output_ratio=0.25,
+                                      max_output_offset=0), need_attention=False)[0]
     counts = torch.bincount(torch.tensor([h.tokens[0] if h.tokens else EOS for h in hyps]), minlength=VOCAB).double()
     with torch.no_grad():
         memory = model.encode(src, src != PAD)
@@ -127,43 +134,42 @@ def test_first_token_frequencies_match_softmax_of_logits_over_temperature(temper
 def test_same_seed_same_samples_whatever_the_batch_and_different_seeds_differ(model, batch):
     src, mask = batch
     hot = dict(temperature=3.0)
-    first = sample_search(model, src, mask, Sampling(seed=7, **hot), n_samples=3, need_attention=False)
-    again = sample_search(model, src, mask, Sampling(seed=7, **hot), n_samples=3, need_attention=False)
-    other = sample_search(model, src, mask, Sampling(seed=8, **hot), n_samples=3, need_attention=False)
+    first = _sample(model, SearchBatch(src, mask), 3, False, seed=7, **hot)
+    again = _sample(model, SearchBatch(src, mask), 3, False, seed=7, **hot)
+    other = _sample(model, SearchBatch(src, mask), 3, False, seed=8, **hot)
     tokens = [[h.tokens for h in s] for s in first]
     assert tokens == [[h.tokens for h in s] for s in again]
     assert tokens != [[h.tokens for h in s] for s in other]
     for i in (0, 3, 5):  # alone in its batch, under its own sentence id: the same samples
-        alone = sample_search(model, *single(src, mask, i), Sampling(seed=7, **hot), n_samples=3,
-                              sentence_ids=[i], need_attention=False)[0]
+        alone = _sample(model, SearchBatch(*single(src, mask, i), sentence_ids=[i]), 3, False, seed=7, **hot)[0]
         assert [h.tokens for h in alone] == tokens[i]
         # fp32 sums of ~40 log-probabilities in another batch: relative error ~1e-7 (AMX kernels: 1.9e-7 at -81)
         assert [h.log_prob for h in alone] == pytest.approx([h.log_prob for h in first[i]], rel=2e-6, abs=1e-5)
-    one = sample_search(model, src, mask, Sampling(seed=7, **hot), n_samples=1, need_attention=False)
+    one = _sample(model, SearchBatch(src, mask), 1, False, seed=7, **hot)
     for (h,), samples in zip(one, tokens):  # sample 0 of n is the sample of n = 1
         assert h.tokens in samples
 
 
 def test_sampling_over_a_shortlist_draws_only_its_tokens_and_a_full_list_changes_nothing(model, batch):
     src, mask = batch
-    sampling = Sampling(temperature=3.0, seed=3)
+    sampling = dict(temperature=3.0, seed=3)
     subset = torch.tensor([EOS, 4, 6, 8, 10])
-    for sentence in sample_search(model, src, mask, sampling, n_samples=4, vocabulary=subset, need_attention=False):
+    for sentence in _sample(model, SearchBatch(src, mask, vocabulary=subset), 4, False, **sampling):
         for h in sentence:
             assert set(h.tokens) <= {4, 6, 8, 10}
-    full = sample_search(model, src, mask, sampling, n_samples=2, vocabulary=torch.arange(VOCAB))  # sorted ids
-    plain = sample_search(model, src, mask, sampling, n_samples=2)
+    full = _sample(model, SearchBatch(src, mask, vocabulary=torch.arange(VOCAB)), 2, **sampling)  # sorted ids
+    plain = _sample(model, SearchBatch(src, mask), 2, **sampling)
     assert [[h.tokens for h in s] for s in full] == [[h.tokens for h in s] for s in plain]
 
 
 def test_translate_batch_dispatches_and_bounds_the_length(model, batch):
     src, mask = batch
     decode = DecodeConfig(sample=True, n_best=2, temperature=5.0, seed=1, max_output_ratio=0.5)
-    hyps = translate_batch(model, src, mask, decode)
+    hyps = translate_batch(model, SearchBatch(src, mask), decode)
     for i, sentence in enumerate(hyps):
         assert len(sentence) == 2
         for h in sentence:
-            assert len(h.tokens) <= math.ceil(int(mask[i].sum()) * 0.5) + MAX_LEN_OFFSET
+            assert len(h.tokens) <= math.ceil(int(mask[i].sum()) * 0.5) + decode.max_output_offset
             assert not {PAD, BOS, EOS} & set(h.tokens)
             assert h.attention.shape[2] == len(h.tokens) + 1
 
@@ -185,7 +191,9 @@ def test_bad_options_are_named_errors_before_any_work(options, message):
     from seq2seq.decoding.translator import Translator
 
     with pytest.raises(UserError) as caught:
-        Translator.translate(object.__new__(Translator), ["Ein Hund."], **options)  # no model: nothing runs
+        bare = object.__new__(Translator)  # no model: nothing runs
+        bare.decode = DecodeConfig()
+        Translator.translate(bare, ["Ein Hund."], **options)
     assert message in str(caught.value)
 
 
@@ -195,4 +203,4 @@ def test_sampling_defaults_and_errors_at_the_search_level(model, batch):
     with pytest.raises(UserError, match="--top-p"):
         Sampling(top_p=0.0)
     with pytest.raises(UserError, match="has no beam"):
-        translate_batch(model, *batch, DecodeConfig(beam_size=3, n_best=1, sample=True, seed=1))
+        DecodeConfig(beam_size=3, n_best=1, sample=True, seed=1)

@@ -7,7 +7,9 @@ import torch
 from seq2seq.config import DecodeConfig
 from seq2seq.errors import UserError
 from seq2seq.models.base import EncoderDecoder
-from seq2seq.decoding.search import beam_search, greedy_search, length_penalty_gnmt, max_lengths, translate_batch
+from seq2seq.decoding.beam import beam_search
+from seq2seq.decoding.generator import SearchBatch, length_penalty_gnmt, max_lengths
+from seq2seq.decoding.search import greedy_search, translate_batch
 from test_models import BOS, EOS, PAD, VOCAB, make_model, trained_once, single
 
 ARCHS = ["bahdanau", "luong-no-feeding", "transformer-pre"]
@@ -48,8 +50,8 @@ def _rescore(model, src, mask, tokens):
 
 
 def test_beam_size_one_equals_greedy(model, batch):
-    greedy = greedy_search(model, *batch)
-    beam = beam_search(model, *batch, beam_size=1)
+    greedy = greedy_search(model, SearchBatch(*batch))
+    beam = beam_search(model, SearchBatch(*batch), DecodeConfig(beam_size=1))
     for (g,), (b,) in zip(greedy, beam):
         assert g.tokens == b.tokens
         assert g.log_prob == pytest.approx(b.log_prob, abs=1e-4)
@@ -60,7 +62,8 @@ def test_beam_size_one_equals_greedy(model, batch):
 @pytest.mark.parametrize("alpha", [0.0, 1.0])
 def test_beam_scores_sorted_and_equal_rescoring(model, batch, alpha):
     src, mask = batch
-    hyps = beam_search(model, src, mask, beam_size=4, n_best=3, length_penalty=alpha, need_attention=False)
+    hyps = beam_search(model, SearchBatch(src, mask), DecodeConfig(beam_size=4, n_best=3, length_penalty=alpha),
+                       need_attention=False)
     for i, sentence in enumerate(hyps):
         assert len(sentence) == 3
         scores = [h.score for h in sentence]
@@ -104,9 +107,9 @@ def test_beam_search_equals_textbook_beam_search(model, batch, alpha):
     """The batched search (finished sentences dropped, candidates pruned per beam before ranking,
     log-probabilities normalised only where chosen) finds exactly the textbook hypotheses."""
     src, mask = batch
-    limits = max_lengths(model, mask, 1.5, 2)
-    hyps = beam_search(model, src, mask, beam_size=3, n_best=3, length_penalty=alpha, max_len_offset=2,
-                       need_attention=False)
+    decode = DecodeConfig(beam_size=3, n_best=3, length_penalty=alpha, max_output_offset=2)
+    limits = max_lengths(model, mask, decode)
+    hyps = beam_search(model, SearchBatch(src, mask), decode, need_attention=False)
     for i, sentence in enumerate(hyps):
         expected = _reference_beam(model.eval(), *single(src, mask, i), 3, alpha, int(limits[i]))
         assert [h.tokens for h in sentence] == [tokens for tokens, _, _ in expected]
@@ -151,12 +154,12 @@ def test_a_sentence_is_not_done_while_a_live_beam_scores_above_its_finished_ones
                      7: {EOS: 0.5, 7: 0.4, **rest(4, 5, 6)}}).eval()
     src = torch.tensor([[4, 5, 6, EOS]])
     expected = 3 * math.log(0.85) + math.log(0.95)
-    (greedy,), = greedy_search(model, src, src != PAD, need_attention=False)
+    (greedy,), = greedy_search(model, SearchBatch(src, src != PAD), need_attention=False)
     assert greedy.tokens == [4, 5, 6] and greedy.log_prob == pytest.approx(expected, abs=1e-4)
     for k in (2, 3, 5):
         for alpha in (0.0, 1.0):
-            best = beam_search(model, src, src != PAD, beam_size=k, n_best=k, length_penalty=alpha,
-                               need_attention=False)[0]
+            best = beam_search(model, SearchBatch(src, src != PAD),
+                               DecodeConfig(beam_size=k, n_best=k, length_penalty=alpha), need_attention=False)[0]
             assert best[0].tokens == [4, 5, 6], (k, alpha, [h.tokens for h in best])
             assert best[0].score == pytest.approx(expected / _gnmt(4, alpha), abs=1e-4)
             scores = [h.score for h in best]  # the k best finished, a better ending replacing a worse
@@ -164,8 +167,8 @@ def test_a_sentence_is_not_done_while_a_live_beam_scores_above_its_finished_ones
 
 
 def test_beam_not_worse_than_greedy(model, batch):
-    greedy = greedy_search(model, *batch, need_attention=False)
-    beam = beam_search(model, *batch, beam_size=5, length_penalty=0.0, need_attention=False)
+    greedy = greedy_search(model, SearchBatch(*batch), need_attention=False)
+    beam = beam_search(model, SearchBatch(*batch), DecodeConfig(beam_size=5, length_penalty=0.0), need_attention=False)
     for (g,), (b,) in zip(greedy, beam):
         assert b.score >= g.score - 1e-4
 
@@ -174,9 +177,9 @@ def test_beam_not_worse_than_greedy(model, batch):
 def test_batch_decodes_like_each_sentence_alone(model, batch, beam_size):
     src, mask = batch
     decode = DecodeConfig(beam_size=beam_size, n_best=beam_size)
-    together = translate_batch(model, src, mask, decode)
+    together = translate_batch(model, SearchBatch(src, mask), decode)
     for i, hyps in enumerate(together):
-        alone = translate_batch(model, *single(src, mask, i), decode)[0]
+        alone = translate_batch(model, SearchBatch(*single(src, mask, i)), decode)[0]
         assert [h.tokens for h in hyps] == [h.tokens for h in alone]
         for h, a in zip(hyps, alone):
             assert h.score == pytest.approx(a.score, abs=1e-4)
@@ -186,7 +189,7 @@ def test_batch_decodes_like_each_sentence_alone(model, batch, beam_size):
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_attention_shapes_and_rows(model, batch, beam_size):
     src, mask = batch
-    hyps = translate_batch(model, src, mask, DecodeConfig(beam_size=beam_size, n_best=beam_size))
+    hyps = translate_batch(model, SearchBatch(src, mask), DecodeConfig(beam_size=beam_size, n_best=beam_size))
     layers, heads = model.attention_layers, model.attention_heads
     for i, sentence in enumerate(hyps):
         for h in sentence:
@@ -197,7 +200,7 @@ def test_attention_shapes_and_rows(model, batch, beam_size):
 def test_attention_is_what_decoding_saw(model, batch):
     """The attention attached to a hypothesis equals decode_step's attention along its path."""
     src, mask = single(*batch, 1)
-    (hyp,) = greedy_search(model, src, mask)[0]
+    (hyp,) = greedy_search(model, SearchBatch(src, mask))[0]
     with torch.no_grad():
         memory = model.encode(src, mask)
         state, rows = model.init_state(memory), []
@@ -209,7 +212,7 @@ def test_attention_is_what_decoding_saw(model, batch):
 
 def test_transformer_attention_per_layer_and_head(batch):
     model = make_model("transformer-post").eval()
-    (hyp,) = greedy_search(model, *batch, max_len_offset=2)[0]
+    (hyp,) = greedy_search(model, SearchBatch(*batch), DecodeConfig(beam_size=1, max_output_offset=2))[0]
     assert hyp.attention.shape[:2] == (2, 4)
     assert not torch.allclose(hyp.attention[0, 0], hyp.attention[1, 1])
 
@@ -217,8 +220,10 @@ def test_transformer_attention_per_layer_and_head(batch):
 def test_each_sentence_has_its_own_length_bound(batch):
     model = make_model("luong-dot").eval()  # untrained: rarely emits EOS by itself
     src, mask = batch
-    for search in (greedy_search, lambda *a, **k: beam_search(*a, beam_size=3, **k)):
-        hyps = search(model, src, mask, max_len_ratio=0.5, max_len_offset=1, need_attention=False)
+    for beam_size in (1, 3):
+        hyps = translate_batch(model, SearchBatch(src, mask),
+                               DecodeConfig(beam_size=beam_size, max_output_ratio=0.5, max_output_offset=1),
+                               need_attention=False)
         for i, (h, *_) in enumerate(hyps):
             assert len(h.tokens) <= math.ceil(int(mask[i].sum()) * 0.5) + 1
 
@@ -227,38 +232,40 @@ def test_learned_positions_bound_the_output_length():
     model = make_model("transformer-learned").eval()  # max_positions 16
     src = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 4, 5, 6, 7, EOS]])
     for beam_size in (1, 2):
-        (h, *_), = translate_batch(model, src, src != PAD, DecodeConfig(beam_size=beam_size, max_output_ratio=3.0))
+        (h, *_), = translate_batch(model, SearchBatch(src, src != PAD),
+                                   DecodeConfig(beam_size=beam_size, max_output_ratio=3.0))
         assert len(h.tokens) <= 15
 
 
 def test_search_restores_training_mode_and_checks_arguments(batch):
     model = make_model("bahdanau", dropout=0.3).train()
-    first = greedy_search(model, *batch, need_attention=False)
+    first = greedy_search(model, SearchBatch(*batch), need_attention=False)
     assert model.training
-    second = greedy_search(model, *batch, need_attention=False)  # no dropout while searching
+    second = greedy_search(model, SearchBatch(*batch), need_attention=False)  # no dropout while searching
     assert [h.tokens for (h,) in first] == [h.tokens for (h,) in second]
+    with pytest.raises(UserError, match="n-best"):
+        DecodeConfig(beam_size=2, n_best=3)
     with pytest.raises(UserError):
-        beam_search(model, *batch, beam_size=2, n_best=3)
-    with pytest.raises(UserError):
-        translate_batch(model, *batch, DecodeConfig(beam_size=0))
+        DecodeConfig(beam_size=0)
 
 
 @pytest.mark.parametrize("alpha, n_best", [(0.0, 1), (0.0, 2), (1.0, 1), (-0.5, 1)])
 def test_a_sentence_stops_once_no_live_beam_can_win_with_the_same_outputs(model, batch, alpha, n_best, monkeypatch):
     """``Beams.settled`` ends a sentence as soon as its n-best finished hypotheses cannot be beaten:
     the n-best lists equal those of searching on to the length bound, decoding fewer rows."""
-    from seq2seq.decoding import search
+    from seq2seq.decoding import beam
 
     steps = []
     decode_step = model.decode_step
     monkeypatch.setattr(model, "decode_step", lambda m, s, tokens, **kw: steps.append(len(tokens)) or decode_step(
         m, s, tokens, **kw))
     src, mask = batch
-    pruned = beam_search(model, src, mask, beam_size=4, n_best=n_best, length_penalty=alpha, need_attention=False)
+    decode = DecodeConfig(beam_size=4, n_best=n_best, length_penalty=alpha)
+    pruned = beam_search(model, SearchBatch(src, mask), decode, need_attention=False)
     pruned_rows = sum(steps)
-    monkeypatch.setattr(search.Beams, "settled", lambda self, sentence, best, t: False)
+    monkeypatch.setattr(beam.Beams, "settled", lambda self, sentence, best, t: False)
     steps.clear()
-    full = beam_search(model, src, mask, beam_size=4, n_best=n_best, length_penalty=alpha, need_attention=False)
+    full = beam_search(model, SearchBatch(src, mask), decode, need_attention=False)
     for a, b in zip(pruned, full):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
@@ -268,7 +275,8 @@ def test_a_sentence_stops_once_no_live_beam_can_win_with_the_same_outputs(model,
 def test_settled_bounds_what_a_live_beam_can_still_score():
     """A live beam at log P = -1.5 ends at log P <= -1.5, its score at most -1.5 / lp(longest): with
     alpha 0 it cannot beat a finished -1.0, with alpha 1 and 10 tokens to go it might (-1.5 / (16/6))."""
-    from seq2seq.decoding.search import Hypothesis, Beams
+    from seq2seq.decoding.beam import Beams
+    from seq2seq.decoding.generator import Hypothesis
 
     beams = object.__new__(Beams)
     beams.finished, beams.host_limit, beams.n_best = [[Hypothesis([5], -1.0, -1.0)]], [10], 1

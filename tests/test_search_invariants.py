@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from seq2seq.config import DecodeConfig
-from seq2seq.decoding.constrained import constrained_beam_search
 from seq2seq.decoding.constraints import SentenceConstraints
 from seq2seq.decoding.ensemble import EnsembleModel
 from seq2seq.decoding.prefix import Prefixes
 from seq2seq.decoding.scoring import eval_mode, forced_pass
+from seq2seq.decoding.generator import SearchBatch
 from seq2seq.decoding.search import translate_batch
 from test_models import VOCAB, single, trained_once
 
@@ -58,7 +58,7 @@ def test_reported_scores_are_the_teacher_forced_scores(model, batch, mode):
               "n-best": DecodeConfig(beam_size=4, n_best=4, length_penalty=0.6),
               "n-best-no-penalty": DecodeConfig(beam_size=3, n_best=3, length_penalty=0.0),
               "sampled": DecodeConfig(sample=True, n_best=3, temperature=1.5, seed=11)}[mode]
-    hyps = translate_batch(model, *batch, decode, need_attention=False)
+    hyps = translate_batch(model, SearchBatch(*batch), decode, need_attention=False)
     alpha = None if mode in ("greedy", "sampled") else decode.length_penalty
     assert _check(model, *batch, hyps, alpha) == len(hyps) * decode.n_best
 
@@ -69,7 +69,7 @@ def test_prefixed_outputs_are_scored_by_the_model(model, batch):
     prefixes = Prefixes([[torch.tensor([7])], [], [torch.tensor([5]), torch.tensor([8, 9, 10])], [], [],
                          [torch.tensor([11])]], VOCAB)
     for decode, alpha in ((DecodeConfig(beam_size=1), None), (DecodeConfig(beam_size=3, n_best=2), 1.0)):
-        hyps = translate_batch(model, src, mask, decode, need_attention=False, prefixes=prefixes)
+        hyps = translate_batch(model, SearchBatch(src, mask, prefixes=prefixes), decode, need_attention=False)
         assert hyps[0][0].tokens[:1] == [7] and hyps[2][0].tokens[:1] == [5]
         _check(model, src, mask, hyps, alpha)
 
@@ -80,7 +80,7 @@ def test_constrained_outputs_are_scored_by_the_model(model, batch):
                    SentenceConstraints(((9, 10),), True), SentenceConstraints(((4,), (11,)), False),
                    SentenceConstraints((), False), SentenceConstraints(((5,),), False)]
     for decode in (DecodeConfig(beam_size=1), DecodeConfig(beam_size=4, n_best=2, length_penalty=1.0)):
-        hyps = constrained_beam_search(model, src, mask, constraints, decode, need_attention=False)
+        hyps = translate_batch(model, SearchBatch(src, mask), decode, need_attention=False, constraints=constraints)
         _check(model, src, mask, hyps, decode.length_penalty)
 
 
@@ -88,5 +88,5 @@ def test_ensemble_outputs_are_scored_by_the_ensemble(batch):
     """The ensemble's score is its own: log of the members' mean probability, teacher-forced."""
     ensemble = EnsembleModel([trained_once("bahdanau", 25, 1e-2), trained_once("transformer-pre", 40, 1e-2)])
     for decode in (DecodeConfig(beam_size=1), DecodeConfig(beam_size=3, n_best=3, length_penalty=1.0)):
-        hyps = translate_batch(ensemble, *batch, decode, need_attention=False)
+        hyps = translate_batch(ensemble, SearchBatch(*batch), decode, need_attention=False)
         _check(ensemble, *batch, hyps, None if decode.beam == 1 else 1.0)

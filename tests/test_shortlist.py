@@ -8,7 +8,10 @@ import pytest
 import torch
 
 from seq2seq.errors import UserError
-from seq2seq.decoding.search import OutputVocabulary, beam_search, greedy_search
+from seq2seq.config import DecodeConfig
+from seq2seq.decoding.generator import SearchBatch
+from seq2seq.decoding.search import translate_batch
+from seq2seq.decoding.vocabulary import OutputVocabulary
 from seq2seq.cli.shortlist import main as shortlist_main
 from seq2seq.decoding.shortlist import Shortlist, ibm1_table
 from test_models import BOS, EOS, PAD, VOCAB, reverse_batch, trained_once
@@ -99,9 +102,9 @@ def batch():
 
 
 def test_full_vocabulary_decodes_exactly_like_no_vocabulary(model, batch):
-    for search in (greedy_search, lambda *a, **k: beam_search(*a, beam_size=3, n_best=2, **k)):
-        plain = search(model, *batch, need_attention=False)
-        listed = search(model, *batch, need_attention=False, vocabulary=ALL)
+    for decode in (DecodeConfig(beam_size=1), DecodeConfig(beam_size=3, n_best=2)):
+        plain = translate_batch(model, SearchBatch(*batch), decode, need_attention=False)
+        listed = translate_batch(model, SearchBatch(*batch, vocabulary=ALL), decode, need_attention=False)
         for p_sent, l_sent in zip(plain, listed):
             assert [h.tokens for h in p_sent] == [h.tokens for h in l_sent]
             assert [h.log_prob for h in p_sent] == pytest.approx([h.log_prob for h in l_sent], abs=1e-5)
@@ -110,8 +113,8 @@ def test_full_vocabulary_decodes_exactly_like_no_vocabulary(model, batch):
 def test_restricted_search_uses_only_the_vocabulary_renormalised(model, batch):
     src, mask = batch
     ids = torch.tensor([EOS] + sorted(set(src[0].tolist()) - {PAD, EOS, BOS}))  # the first source's tokens
-    for hyps in (greedy_search(model, src, mask, vocabulary=ids),
-                 beam_search(model, src, mask, beam_size=3, n_best=3, vocabulary=ids)):
+    for hyps in (translate_batch(model, SearchBatch(src, mask, vocabulary=ids)),
+                 translate_batch(model, SearchBatch(src, mask, vocabulary=ids), DecodeConfig(beam_size=3, n_best=3))):
         for i, sentence in enumerate(hyps):
             length = int(mask[i].sum())
             for h in sentence:

@@ -13,8 +13,9 @@ from seq2seq.decoding.constrained import constrained_beam_search
 from seq2seq.decoding.constraints import SentenceConstraints
 from seq2seq.decoding.ensemble import EnsembleModel
 from seq2seq.decoding.prefix import Prefixes
-from seq2seq.decoding.search import beam_search, greedy_search, sample_search
-from seq2seq.decoding.sampling import Sampling
+from seq2seq.decoding.beam import beam_search
+from seq2seq.decoding.generator import SearchBatch
+from seq2seq.decoding.search import greedy_search, sample_search
 from seq2seq.models.base import select_batch
 from seq2seq.models import compiled
 from seq2seq.models.compiled import compile_decoding
@@ -73,6 +74,13 @@ def trained():
     """A Transformer that reverses sequences (so that searches have something to find)."""
     return trained_once("transformer-pre", 150, 1e-2)
 
+BEAM_3 = DecodeConfig(beam_size=3)
+
+
+def _greedy_and_beam(model, sentence):
+    batch = SearchBatch(*sentence)
+    return greedy_search(model, batch, need_attention=False), beam_search(model, batch, BEAM_3)
+
 
 def _searches(model):
     """Every search, one sentence at a time: name -> function(src, mask) -> hypotheses."""
@@ -80,15 +88,18 @@ def _searches(model):
     prefixes = Prefixes([[torch.tensor([7]), torch.tensor([8, 9])]], VOCAB)
     vocabulary = torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 8])
     return {
-        "greedy": lambda s, m: greedy_search(model, s, m, need_attention=False),
-        "beam": lambda s, m: beam_search(model, s, m, beam_size=4, n_best=4, need_attention=False),
-        "shortlist": lambda s, m: beam_search(model, s, m, beam_size=3, vocabulary=vocabulary,
-                                              need_attention=False),
-        "prefix": lambda s, m: beam_search(model, s, m, beam_size=3, prefixes=prefixes, need_attention=False),
-        "constraints": lambda s, m: constrained_beam_search(model, s, m, constraints, DecodeConfig(beam_size=3),
-                                                            need_attention=False),
-        "sampling": lambda s, m: sample_search(model, s, m, Sampling(seed=3), n_samples=1, need_attention=False),
-        "attention": lambda s, m: beam_search(model, s, m, beam_size=2),
+        "greedy": lambda s, m: greedy_search(model, SearchBatch(s, m), need_attention=False),
+        "beam": lambda s, m: beam_search(model, SearchBatch(s, m), DecodeConfig(beam_size=4, n_best=4),
+                                         need_attention=False),
+        "shortlist": lambda s, m: beam_search(model, SearchBatch(s, m, vocabulary=vocabulary),
+                                              BEAM_3, need_attention=False),
+        "prefix": lambda s, m: beam_search(model, SearchBatch(s, m, prefixes=prefixes), DecodeConfig(beam_size=3),
+                                           need_attention=False),
+        "constraints": lambda s, m: constrained_beam_search(model, SearchBatch(s, m), constraints,
+                                                            BEAM_3, need_attention=False),
+        "sampling": lambda s, m: sample_search(model, SearchBatch(s, m), DecodeConfig(sample=True, seed=3),
+                                               need_attention=False),
+        "attention": lambda s, m: beam_search(model, SearchBatch(s, m), DecodeConfig(beam_size=2)),
     }
 
 
@@ -122,10 +133,10 @@ def test_an_ensemble_decodes_the_same_on_static_caches(trained):
     ensemble = EnsembleModel([trained, other])
     src, mask, _, _ = reverse_batch(4, torch.Generator().manual_seed(6))
     sentences = [single(src, mask, i) for i in range(4)]
-    want = [beam_search(ensemble, *s, beam_size=3, need_attention=False) for s in sentences]
+    want = [beam_search(ensemble, SearchBatch(*s), BEAM_3, need_attention=False) for s in sentences]
     trained.static_cache = other.static_cache = True
     try:
-        got = [beam_search(ensemble, *s, beam_size=3, need_attention=False) for s in sentences]
+        got = [beam_search(ensemble, SearchBatch(*s), BEAM_3, need_attention=False) for s in sentences]
     finally:
         trained.static_cache = other.static_cache = False
     for g, w in zip(got, want):
@@ -144,13 +155,11 @@ def test_the_compiled_step_decodes_like_the_eager_one(trained, monkeypatch):
     model.load_state_dict(trained.state_dict())
     src, mask, _, _ = reverse_batch(5, torch.Generator().manual_seed(7))
     sentences = [single(src, mask, i) for i in range(5)]
-    want = [(greedy_search(model, *s, need_attention=False), beam_search(model, *s, beam_size=3))
-            for s in sentences]
+    want = [_greedy_and_beam(model, s) for s in sentences]
     assert compile_decoding(model) and model.static_cache
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        got = [(greedy_search(model, *s, need_attention=False), beam_search(model, *s, beam_size=3))
-               for s in sentences]
+        got = [_greedy_and_beam(model, s) for s in sentences]
     if model.compiled_step is None:
         pytest.skip(f"torch.compile unavailable here: {[str(w.message) for w in caught]}")
     threads = torch.get_num_threads()  # keys: rows, attention, no shortlist, source > 1, threads
@@ -173,7 +182,7 @@ def test_the_compiled_step_decodes_like_the_eager_one(trained, monkeypatch):
 
 
 def _decode_all(model, sentences):
-    return [(greedy_search(model, *s, need_attention=False), beam_search(model, *s, beam_size=3)) for s in sentences]
+    return [_greedy_and_beam(model, s) for s in sentences]
 
 
 def test_a_background_compile_keeps_the_model_eager_until_its_graphs_are_ready(trained, monkeypatch):
@@ -218,11 +227,12 @@ def test_a_failed_background_compile_leaves_the_model_eager_and_says_why(trained
     model.load_state_dict(trained.state_dict())
     src, mask, _, _ = reverse_batch(1, torch.Generator().manual_seed(7))
     sentence = single(src, mask, 0)
-    want = greedy_search(model, *sentence, need_attention=False)
-    job = compiled.BackgroundCompile(model, lambda view: greedy_search(view, *sentence, need_attention=False))
+    want = greedy_search(model, SearchBatch(*sentence), need_attention=False)
+    job = compiled.BackgroundCompile(model, lambda view: greedy_search(view, SearchBatch(*sentence),
+                                                                       need_attention=False))
     assert job.start().wait(60) == "failed" and "no C++ compiler found" in job.error
     assert model.compiled_step is None and not model.static_cache
-    _assert_same(greedy_search(model, *sentence, need_attention=False), want)
+    _assert_same(greedy_search(model, SearchBatch(*sentence), need_attention=False), want)
 
 
 def test_a_background_compile_of_an_ensemble_compiles_every_member(trained, monkeypatch):
@@ -238,7 +248,7 @@ def test_a_background_compile_of_an_ensemble_compiles_every_member(trained, monk
     def warm_up(view):
         seen.append([getattr(m, "compiled_step", None) is not None for m in getattr(view, "members", [view])])
         assert transformer.compiled_step is None and rnn.compiled_step is None  # untouched until ready
-        beam_search(view, *sentence, beam_size=2)
+        beam_search(view, SearchBatch(*sentence), DecodeConfig(beam_size=2))
 
     assert compiled.BackgroundCompile(ensemble, warm_up).start().wait(60) == "ready"
     assert seen == [[True, True]] and list(ensemble.members) == [rnn, transformer]
@@ -260,7 +270,7 @@ def test_the_compiled_rnn_step_decodes_every_search_like_the_eager_one(variant, 
     sentences = [single(src, mask, i) for i in range(3)]
     runs = _searches(model)
     want = {name: [run(*s)[0] for s in sentences] for name, run in runs.items()}
-    batch = beam_search(model, src, mask, beam_size=3, need_attention=False)
+    batch = beam_search(model, SearchBatch(src, mask), BEAM_3, need_attention=False)
     assert compile_decoding(model) and model.compiled_step is not None and not hasattr(model, "static_cache")
     for name, run in runs.items():
         _assert_same([run(*s)[0] for s in sentences], want[name])
@@ -269,7 +279,7 @@ def test_the_compiled_rnn_step_decodes_every_search_like_the_eager_one(variant, 
     assert {(1, False, True, True, threads), (4, False, True, True, threads), (3, False, False, True, threads)} <= \
         model.compiled_step.graphs
     graphs = set(model.compiled_step.graphs)
-    again = beam_search(model, src, mask, beam_size=3, need_attention=False)  # three sentences: eager
+    again = beam_search(model, SearchBatch(src, mask), BEAM_3, need_attention=False)  # three sentences: eager
     assert model.compiled_step.graphs == graphs
     for got, expected in zip(again, batch):
         _assert_same([got], [expected])
@@ -293,11 +303,11 @@ def test_packaged_steps_decode_like_the_eager_step_and_a_second_model_loads_them
     model.load_state_dict(trained.state_dict())
     src, mask, _, _ = reverse_batch(3, torch.Generator().manual_seed(7))
     sentences = [single(src, mask, i) for i in range(3)]
-    want = [greedy_search(model, *s, need_attention=False) for s in sentences]
+    want = [greedy_search(model, SearchBatch(*s), need_attention=False) for s in sentences]
     assert compile_decoding(model, packages=str(tmp_path)) and model.compiled_encode is None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        got = [greedy_search(model, *s, need_attention=False) for s in sentences]
+        got = [greedy_search(model, SearchBatch(*s), need_attention=False) for s in sentences]
     if model.compiled_step is None:
         pytest.skip(f"AOTInductor unavailable here: {[str(w.message) for w in caught]}")
     threads = torch.get_num_threads()
@@ -323,7 +333,7 @@ def test_packaged_steps_decode_like_the_eager_step_and_a_second_model_loads_them
         with monkeypatch.context() as patched:
             patched.setattr(torch._inductor, "aoti_compile_and_package", compiler)
             compile_decoding(again, packages=str(tmp_path))
-            _assert_same(greedy_search(again, *sentences[0], need_attention=False), want[0])
+            _assert_same(greedy_search(again, SearchBatch(*sentences[0]), need_attention=False), want[0])
         assert again.compiled_step is not None and again.compiled_step.failure is None
     assert package.read_bytes() == good
     other = make_model("transformer-pre", seed=1).eval()  # other weights: another package

@@ -50,15 +50,23 @@ def require_ctranslate2():
     return ctranslate2
 
 
-def check_convertible(cfg: ModelConfig, source: str) -> None:
-    """A UserError naming what CTranslate2 cannot represent."""
+def not_convertible(cfg: ModelConfig) -> str | None:
+    """What in this model CTranslate2 cannot represent (None: nothing), worded to follow "cannot
+    decode" or a checkpoint's name: the one rule set of the conversion and of ``--engine``."""
     if cfg.arch != "transformer":
-        raise UserError(f"{source}: a {cfg.arch} model; CTranslate2 has no recurrent encoder-decoders, so only "
-                        "Transformer checkpoints export to it (export an RNN with --format safetensors)")
+        return f"a {cfg.arch} model (CTranslate2 has no recurrent encoder-decoders)"
     if cfg.attention_normalizer != "softmax":
-        raise UserError(f"{source}: cross-attention normalized by {cfg.attention_normalizer} "
-                        "(--attention-normalizer); CTranslate2 computes a softmax only, so its translations would "
-                        "differ (export with --format safetensors)")
+        return (f"cross-attention normalized by {cfg.attention_normalizer} (--attention-normalizer; CTranslate2 "
+                "computes a softmax only, so its translations would differ)")
+    return None
+
+
+def check_convertible(cfg: ModelConfig, source: str) -> None:
+    """A UserError naming what CTranslate2 cannot represent (``not_convertible``)."""
+    why = not_convertible(cfg)
+    if why is not None:
+        raise UserError(f"{source}: {why}; only such models export to CTranslate2 (export with --format "
+                        "safetensors)")
 
 
 def _array(tensor: torch.Tensor) -> np.ndarray:

@@ -69,7 +69,8 @@ def parse_args(argv: list[str] | None):
     d.add_argument("--length-penalty", type=float, default=DecodeConfig.length_penalty,
                    help=f"GNMT length penalty alpha; 0 = none (default: {DecodeConfig.length_penalty})")
     d.add_argument("--max-output-ratio", type=float, default=DecodeConfig.max_output_ratio,
-                   help=f"outputs stop at this ratio x source subwords + 10 (default: {DecodeConfig.max_output_ratio})")
+                   help=f"outputs stop at this ratio x source subwords + {DecodeConfig.max_output_offset} (default: "
+                        f"{DecodeConfig.max_output_ratio})")
     d.add_argument("--max-input-tokens", type=int, default=DecodeConfig.max_input_tokens,
                    help=f"longer inputs are cut to this many subwords, with a warning (default: "
                         f"{DecodeConfig.max_input_tokens})")
@@ -146,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     from ..models.compiled import compile_pays
     from ..serve.app import lone_sentence_threads
 
-    translator = Translator.from_checkpoints(args.checkpoint, device=args.device, precision=args.precision,
-                                             max_input_tokens=args.max_input_tokens, shortlist=args.shortlist,
+    translator = Translator.from_checkpoints(args.checkpoint, decode=decode, device=args.device,
+                                             precision=args.precision, shortlist=args.shortlist,
                                              shortlist_sizes=args.shortlist_sizes, engine=args.engine)
     compiling = None
     if args.compile == "on" and translator.engine is not None:

@@ -29,7 +29,8 @@ class DecodeConfig:
     n_best: int = option(1, "hypotheses per input (with --sample: independent samples per input)")
     batch_size: int | None = option(None, "sentences decoded together (None: 320 / beam size; sampling: 320 / "
                                           "n-best)")
-    max_output_ratio: float = option(1.5, "outputs stop at this ratio x source subwords + 10")
+    max_output_ratio: float = option(1.5, "outputs stop at this ratio x source subwords + --max-output-offset")
+    max_output_offset: int = option(10, "outputs stop at --max-output-ratio x source subwords + this many")
     max_input_tokens: int = option(250, "longer inputs are cut to this many subwords, with a warning")
     sample: bool = option(False, "sample every output token from the model's distribution (shaped by "
                                  "--temperature, --top-k, --top-p) instead of searching for the most "
@@ -50,6 +51,8 @@ class DecodeConfig:
             raise UserError(f"--batch-size must be positive, got {self.batch_size}")
         if not 0 < self.max_output_ratio < float("inf"):
             raise UserError(f"--max-output-ratio must be a finite number > 0, got {self.max_output_ratio}")
+        if self.max_output_offset < 0:
+            raise UserError(f"--max-output-offset must be >= 0, got {self.max_output_offset}")
         if self.max_input_tokens < 1:
             raise UserError(f"--max-input-tokens must be positive, got {self.max_input_tokens}")
 

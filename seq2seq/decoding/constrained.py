@@ -2,7 +2,7 @@
 Hu et al. 2019): every output contains every constraint phrase of its sentence
 (``seq2seq.decoding.constraints``).
 
-It is beam search (``search.Beams``: the same decoder calls, state reordering, finished sentences
+It is beam search (``beam.Beams``: the same decoder calls, state reordering, finished sentences
 leaving the batch, GNMT length penalty) with another choice of the k hypotheses kept at each step.
 The candidates of a sentence are, for each of its live beams, its 2k best next tokens and every token
 that makes progress on its constraints (``ConstraintState.progress_tokens``), with their scores
@@ -32,45 +32,33 @@ import torch
 
 from ..config import DecodeConfig
 from ..errors import UserError
-from ..models.base import EncoderDecoder, select_batch
+from ..models.base import EncoderDecoder
 from ..tokenizer import BOS_ID, EOS_ID
+from .beam import Beams, run_beams
 from .constraints import ConstraintState, SentenceConstraints
-from .prefix import Prefixes
+from .generator import Generator, Hypothesis, SearchBatch
 from .scoring import eval_mode
-from .search import MAX_LEN_OFFSET, Beams, Hypothesis, max_lengths, run_beams
-from .vocabulary import OutputVocabulary
 
 
-def constrained_beam_search(
-    model: EncoderDecoder,
-    src: torch.Tensor,
-    src_mask: torch.Tensor,
-    constraints: Sequence[SentenceConstraints],
-    decode: DecodeConfig = DecodeConfig(),
-    *,
-    need_attention: bool = True,
-    vocabulary: torch.Tensor | None = None,
-    prefixes: Prefixes | None = None,
-) -> list[list[Hypothesis]]:
+def constrained_beam_search(model: EncoderDecoder, batch: SearchBatch, constraints: Sequence[SentenceConstraints],
+                            decode: DecodeConfig, need_attention: bool = True) -> list[list[Hypothesis]]:
     """Beam search in which every output of sentence i contains every phrase of ``constraints[i]``
-    (see the module docstring), searched as ``decode`` says (a checked ``DecodeConfig``, not sampling);
-    ``n_best`` hypotheses per sentence, best first. Beam 1 is a greedy search that meets the
-    constraints. A sentence whose constraints (with its target prefix) need more tokens than its
-    length bound raises ``ConstraintTooLong`` (its index in the batch)."""
+    (see the module docstring), searched as ``decode`` says (not sampling); ``decode.n_best``
+    hypotheses per sentence, best first. Beam 1 is a greedy search that meets the constraints. A
+    sentence whose constraints (with its target prefix) need more tokens than its length bound raises
+    ``ConstraintTooLong`` (its index in the batch)."""
     if decode.sample:  # Translator names this to the user before any work
         raise ValueError("constrained_beam_search searches; a DecodeConfig with sample=True is translate_batch's")
-    beam_size, n_best = decode.beam, decode.n_best
-    if len(constraints) != src.size(0):
-        raise ValueError(f"constrained_beam_search: {len(constraints)} constraint sets for {src.size(0)} sentences")
-    limit = max_lengths(model, src_mask, decode.max_output_ratio, MAX_LEN_OFFSET, prefixes)
-    prefix_steps = [0] * len(constraints) if prefixes is None else prefixes.lengths(limit.device).tolist()
-    for i, (bound, sentence) in enumerate(zip(limit.tolist(), constraints)):
-        if sentence.total_tokens + prefix_steps[i] > bound:
-            raise ConstraintTooLong(i, sentence.total_tokens, bound)
+    if len(constraints) != len(batch):
+        raise ValueError(f"constrained_beam_search: {len(constraints)} constraint sets for {len(batch)} sentences")
     with eval_mode(model, inference=True):
-        beams = _ConstrainedBeams(model, src, src_mask, beam_size, decode.length_penalty, limit,
-                                  OutputVocabulary(model, vocabulary), prefixes, constraints, n_best)
-        return run_beams(beams, n_best, need_attention, src, src_mask)
+        generator = Generator(model, batch, decode, width=decode.beam)
+        prefix_steps = ([0] * len(constraints) if batch.prefixes is None
+                        else batch.prefixes.lengths(generator.limit.device).tolist())
+        for i, (bound, sentence) in enumerate(zip(generator.limit.tolist(), constraints)):
+            if sentence.total_tokens + prefix_steps[i] > bound:
+                raise ConstraintTooLong(i, sentence.total_tokens, bound)
+        return run_beams(_ConstrainedBeams(generator, decode, constraints), need_attention, batch)
 
 
 class ConstraintTooLong(UserError):
@@ -87,33 +75,24 @@ class _ConstrainedBeams(Beams):
     """``Beams`` whose hypotheses carry a ``ConstraintState`` and their tokens on the host, and whose
     step keeps k hypotheses by dynamic beam allocation (module docstring)."""
 
-    def __init__(self, model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor, k: int, alpha: float,
-                 limit: torch.Tensor, output: OutputVocabulary, prefixes: Prefixes | None,
-                 constraints: Sequence[SentenceConstraints], n_best: int = 1) -> None:
-        super().__init__(model, src, src_mask, k, alpha, limit, output, prefixes, n_best)
+    def __init__(self, generator: Generator, decode: DecodeConfig,
+                 constraints: Sequence[SentenceConstraints]) -> None:
+        super().__init__(generator, decode)
+        k = self.k
         # per active sentence, per beam: (state, tokens so far), None for an empty slot
         self.beams: list[list[tuple[ConstraintState, list[int]] | None]] = [
             [(c.start(), [])] + [None] * (k - 1) for c in constraints]
-        ids = None if output.ids is None else output.ids.tolist()
+        ids = None if generator.output.ids is None else generator.output.ids.tolist()
         self.column = None if ids is None else {token: c for c, token in enumerate(ids)}
         self.token_of = (lambda c: c) if ids is None else ids.__getitem__
 
     def advance(self, t: int) -> bool:
         """One step for every active sentence (``Beams.advance``'s contract); False once none is left."""
-        k = self.k
-        first = self.first_state is not None
-        state, tokens = (self.first_state, self.tokens[::k]) if first else (self.state, self.tokens)
-        logits, self.state, _ = self.model.decode_step(self.memory, state, tokens, need_attention=False,
-                                                       output_weight=self.output.weight)
-        if first:
-            logits, self.state, self.first_state = logits[self.expand], select_batch(self.state, self.expand), None
-        force_eos = (t >= self.limit[self.rows]).repeat_interleave(k)
-        allowed = None if self.prefixes is None or t >= self.prefixes.longest else self.prefixes.allowed(
-            t, [sentence for sentence in self.host_rows for _ in range(k)], logits.device)
-        log_p = self.output.log_probs(logits, force_eos, allowed)  # (n * k, V')
+        k, output = self.k, self.generator.output
+        log_p = self.generator.log_probs(self.tokens, t)  # (n * k, V')
         slots = [slot for beams in self.beams for slot in beams]
         may_end = torch.tensor([slot is not None and slot[0].done for slot in slots], device=log_p.device)
-        log_p[:, self.output.eos] = log_p[:, self.output.eos].masked_fill(~may_end, float("-inf"))
+        log_p[:, output.eos] = log_p[:, output.eos].masked_fill(~may_end, float("-inf"))
         best, columns = log_p.topk(min(2 * k, log_p.size(1)))  # (n * k, m)
         progress = self._progress(slots)  # [(row, column, token)]
         progress_lp = log_p[[r for r, _, _ in progress], [c for _, c, _ in progress]].tolist() if progress else []
@@ -134,7 +113,7 @@ class _ConstrainedBeams(Beams):
             finished.append(t >= self.host_limit[sentence] or not kept
                             or self.settled(sentence, max(total for _, _, total, _ in kept), t))
             new_beams.append(beams)
-        device = self.rows.device
+        device = log_p.device
         origin = torch.tensor(origins, dtype=torch.long, device=device)  # (n, k)
         token = torch.tensor(chosen_tokens, dtype=torch.long, device=device)
         self.scores = torch.tensor(kept_scores, device=device)
@@ -142,12 +121,11 @@ class _ConstrainedBeams(Beams):
         if any(finished):
             live = [i for i, f in enumerate(finished) if not f]
             self.beams = [self.beams[i] for i in live]
-            live_index = torch.tensor(live, dtype=torch.long, device=device)
-            self._drop(live_index, finished)
-            origin, token = origin[live_index], token[live_index]
-            if not self.host_rows:
+            self._drop(live)
+            origin, token = origin[live], token[live]
+            if not live:
                 return False
-        self.state = select_batch(self.state, origin.view(-1))
+        self.generator.reorder(origin.view(-1))
         self.tokens = token.view(-1)
         return True
 

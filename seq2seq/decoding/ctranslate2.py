@@ -14,7 +14,7 @@ The same outputs: CTranslate2 adds the source EOS and starts from ``<s>`` as we 
 the same ceil(ratio x source subwords) + 10 (sentences grouped by their bound), allows an empty
 output, and ranks by log-probability when the length penalty is 0, so both engines choose the same
 outputs (but for ties within float error; tests/test_export.py). CTranslate2's length penalty is
-another function (log p / |Y|^alpha) than ours (GNMT, ``search.length_penalty_gnmt``), so with
+another function (log p / |Y|^alpha) than ours (GNMT, ``generator.length_penalty_gnmt``), so with
 alpha > 0 its beam keeps every hypothesis (``num_hypotheses`` = beam size, ranked by log-probability)
 and they are re-ranked here by GNMT: ours, except where its search pruned a hypothesis ours kept.
 A target prefix is forced as its pieces (``target_prefix``): where it ends inside a word, CTranslate2
@@ -26,6 +26,7 @@ a shortlist, a sparse attention normalizer.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -34,11 +35,12 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from ..config import DecodeConfig
+from ..checkpoint.ctranslate2 import not_convertible
+from ..config import DecodeConfig, ModelConfig
 from ..errors import UserError
 from ..runtime import LOGGER, log
 from ..tokenizer import EOS_ID, Tokenizer
-from .search import Hypothesis, length_penalty_gnmt
+from .generator import Hypothesis, length_penalty_gnmt
 
 ENGINES = ("seq2seq", "ctranslate2", "auto")
 PROBE_SOURCE = "Zwei junge Männer stehen vor einem großen Gebäude und sehen sich eine Karte an."  # any text will do
@@ -50,18 +52,15 @@ SOURCE_FILE = "source.json"  # in a cached export: the checkpoint it was convert
 CACHE_FOLDER = "ctranslate2"
 
 
-def unsupported(arch: str, members: int, shortlist: bool, normalizer: str) -> str | None:
+def unsupported(model: ModelConfig, members: int, shortlist: bool) -> str | None:
     """Why CTranslate2 cannot decode this model setup (None: it can), worded for a message that
-    goes on "; use --engine seq2seq"."""
+    goes on "; use --engine seq2seq": an ensemble, a shortlist, or what the conversion cannot represent
+    (``checkpoint.ctranslate2.not_convertible``). What it cannot do per request: ``CTranslate2Search.check``."""
     if members > 1:
         return "an ensemble of checkpoints (CTranslate2 runs one model)"
-    if arch != "transformer":
-        return f"a {arch} model (CTranslate2 has no recurrent encoder-decoders)"
-    if normalizer != "softmax":
-        return f"cross-attention normalized by {normalizer} (CTranslate2 computes a softmax only)"
     if shortlist:
         return "a lexical shortlist (--shortlist)"
-    return None
+    return not_convertible(model)
 
 
 def _stamp(path: Path) -> dict:
@@ -141,8 +140,7 @@ def open_engine(engine: str, loaded: Sequence, device, precision: str, shortlist
         raise UserError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if engine == "seq2seq":
         return None
-    model = loaded[0].config.model
-    why = unsupported(model.arch, len(loaded), shortlist, model.attention_normalizer)
+    why = unsupported(loaded[0].config.model, len(loaded), shortlist)
     if why is None and engine == "auto":
         try:
             import ctranslate2  # noqa: F401
@@ -212,13 +210,20 @@ class CTranslate2Search:
             compared=f"{threads}/1")
         return choice
 
+    @staticmethod
+    def check(decode: DecodeConfig, constraints: bool = False) -> None:
+        """A named error for a request CTranslate2's search cannot run: sampling, constraints."""
+        if decode.sample:
+            raise UserError("--engine ctranslate2 does not sample (--sample draws from our own seeded random "
+                            "streams); use --engine seq2seq")
+        if constraints:
+            raise UserError("--constraints: --engine ctranslate2 has no constrained search; use --engine seq2seq")
+
     def __call__(self, sources: Sequence[Sequence[int]], decode: DecodeConfig,
                  prefixes: Sequence[str] | None = None) -> list[list[Hypothesis]]:
         """Each source's hypotheses, best first (``decode.n_best`` of them). ``sources``: token ids
         with their EOS, none empty; ``prefixes``: each output's target prefix text ("" = none)."""
-        if decode.sample:
-            raise UserError("--engine ctranslate2 does not sample (--sample draws from our own seeded random "
-                            "streams); use --engine seq2seq")
+        self.check(decode)
         beam, alpha = decode.beam, decode.length_penalty
         keep = beam if alpha and beam > 1 else decode.n_best  # re-ranked here by GNMT (module docstring)
         pieces = [self.tokenizer.pieces(list(ids[:-1])) for ids in sources]  # CTranslate2 adds the EOS
@@ -226,7 +231,7 @@ class CTranslate2Search:
                   for p in (prefixes or [""] * len(sources))]
         groups: dict[int, list[int]] = {}
         for i, ids in enumerate(sources):
-            groups.setdefault(math.ceil(len(ids) * decode.max_output_ratio) + 10, []).append(i)
+            groups.setdefault(math.ceil(len(ids) * decode.max_output_ratio) + decode.max_output_offset, []).append(i)
         out: list[list[Hypothesis]] = [[] for _ in sources]
         for limit, rows in groups.items():
             prefix = [forced[i] for i in rows]
@@ -276,14 +281,12 @@ class CTranslate2Translator:
         self.search = CTranslate2Search(model_dir, self.tokenizer, device, precision, intra_threads, fastest_threads)
         self.translator = self.search.translator
 
-    def translate(self, sentences: Sequence[str], beam_size: int = 5, length_penalty: float = 0.0,
-                  batch_size: int = 64, max_input_tokens: int = DecodeConfig.max_input_tokens,
-                  max_output_ratio: float = DecodeConfig.max_output_ratio) -> list[str]:
-        """Like ``Translator.translate``: at most ceil(``max_output_ratio`` x source subwords) + 10
-        output subwords; an empty line gives an empty line."""
-        decode = DecodeConfig(beam_size=beam_size, length_penalty=length_penalty, batch_size=batch_size,
-                              max_output_ratio=max_output_ratio)
-        sources = [self.tokenizer.encode(s.strip())[:max_input_tokens] + [EOS_ID] for s in sentences]
+    def translate(self, sentences: Sequence[str], decode: DecodeConfig | None = None, **options) -> list[str]:
+        """Like ``Translator.translate`` (``decode``: a ``DecodeConfig``, default ``DecodeConfig()``, its fields
+        overridable as keywords: the same defaults): the best output's text per sentence; an empty line
+        gives an empty line."""
+        decode = dataclasses.replace(decode or DecodeConfig(), **options)
+        sources = [self.tokenizer.encode(s.strip())[:decode.max_input_tokens] + [EOS_ID] for s in sentences]
         rows = [i for i, ids in enumerate(sources) if len(ids) > 1]
         out = [""] * len(sentences)
         for i, hyps in zip(rows, self.search([sources[i] for i in rows], decode)):

@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from ..models.base import EncoderDecoder
-from .search import Hypothesis, attach_attention
+from .generator import Hypothesis, attach_attention
 
 
 class EnsembleModel(EncoderDecoder):
@@ -101,7 +101,7 @@ class EnsembleModel(EncoderDecoder):
                                 hyps: list[list[Hypothesis]]) -> list[list[list[torch.Tensor]]]:
         """Every member's attention of the hypotheses (teacher-forced, one pass per member):
         ``[sentence][hypothesis][member]`` -> (L_m, H_m, len + 1, src_len); ``h.attention`` is set
-        to member 0's, as ``search.attach_attention`` with the ensemble would."""
+        to member 0's, as ``generator.attach_attention`` with the ensemble would."""
         per_member = []
         for member in self.members:
             attach_attention(member, src, src_mask, hyps)

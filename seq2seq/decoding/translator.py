@@ -30,60 +30,71 @@ from ..errors import UserError
 from ..io_utils import counted
 from ..models.base import EncoderDecoder
 from ..models.compiled import BackgroundCompile, compile_decoding, compile_pays
-from ..nn.packed import pack_for_decoding
 from ..runtime import LOGGER, ieee_fp32, precision_warning, progress_bar, resolve_device, torch_threads
 from .scoring import pad_ids
 from .shortlist import FILE_NAME, Shortlist
 from .ensemble import EnsembleModel
-from .constrained import ConstraintTooLong, constrained_beam_search
+from .constrained import ConstraintTooLong
 from .constraints import SentenceConstraints
 from .ctranslate2 import CTranslate2Search, open_engine
 from .prefix import Prefixes, PrefixSpeller
-from .search import attach_attention, attach_confidence, translate_batch
+from .generator import Hypothesis, SearchBatch, attach_attention, attach_confidence
+from .search import translate_batch
+from .setup import (DECODING_DTYPES, ModelOrigin, TranslatorSetup, build_decoding_model, decode_config, input_bound,
+                    setup_and_decode)
 from .translation import Translation
 from ..tokenizer import EOS_ID, PAD_ID, Tokenizer
 
 
-DECODING_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
-                   "int8": torch.float32}  # int8: fp32 model, linear layers quantized (seq2seq.nn.quantize)
-
-
 class Translator:
     """Translates with a model and its tokenizer; with a ``shortlist`` every batch is decoded over
-    the target tokens its sources can produce (``seq2seq.decoding.shortlist``), not the whole vocabulary."""
+    the target tokens its sources can produce (``seq2seq.decoding.shortlist``), not the whole vocabulary.
 
-    def __init__(self, model: EncoderDecoder, tokenizer: Tokenizer, device: torch.device | str = "cpu",
-                 max_input_tokens: int = DecodeConfig.max_input_tokens, shortlist: Shortlist | None = None,
-                 checkpoints: Sequence[str | Path] = (), compiled: bool = False,
-                 supervised_attention: tuple[int, list[int]] | None = None,
-                 engine: CTranslate2Search | None = None, languages: tuple[str, str] | None = None,
-                 compile_cache: str | None = None) -> None:
+    ``decode`` is the translator's default decoding (``translate`` without one; ``DecodeConfig()``
+    when None); ``engine`` another engine's search (``from_checkpoints``' ``engine``), None: ours;
+    ``compiled``: whether the model decodes one sentence at a time through a compiled step (kept in
+    ``compile_cache`` for later processes); ``origin``: where the model came from. The device is the
+    model's."""
+
+    def __init__(self, model: EncoderDecoder, tokenizer: Tokenizer, decode: DecodeConfig | None = None,
+                 shortlist: Shortlist | None = None, engine: CTranslate2Search | None = None,
+                 compiled: bool = False, compile_cache: str | None = None, origin: ModelOrigin = ModelOrigin()) -> None:
         self.model = model.eval()
-        self.compile_cache = compile_cache  # where compiled steps are kept for later processes (from_checkpoints)
         self.tokenizer = tokenizer
-        self.device = torch.device(device)
-        self.max_input_tokens = max_input_tokens
+        self.device = next(model.parameters()).device
+        self.decode = DecodeConfig() if decode is None else decode
+        #: the most subwords the model can take (learned positions: what it can encode), whatever ``decode`` says
+        self.input_bound = input_bound(model)
         self.shortlist = shortlist
-        self.checkpoints = [str(c) for c in checkpoints]  # where the model (ensemble members) came from
-        self._speller: PrefixSpeller | None = None  # built on the first call with prefixes
-        #: (layer, heads) that guided alignment trained to align (``RunConfig.supervised_attention``), read by
-        #: default by the alignment export, ``seq2seq align`` and ``serve`` (``AlignConfig.for_model``)
-        self.supervised_attention = supervised_attention
-        #: whether the model decodes one sentence at a time through a compiled step (``from_checkpoints``)
-        self.compiled = compiled
-        #: the search of another engine (``from_checkpoints``' ``engine``), None: ours
         self.engine = engine
-        #: the (source, target) language codes the model was trained on (``data.src`` / ``data.tgt``), or None
-        self.languages = languages
+        self.compiled = compiled
+        self.compile_cache = compile_cache
+        self.origin = origin
+        self._speller: PrefixSpeller | None = None  # built on the first call with prefixes
+
+    @property
+    def max_input_tokens(self) -> int:
+        """Inputs are cut to this many subwords by default (the default decoding's, within the model's bound)."""
+        return min(self.decode.max_input_tokens, self.input_bound)
+
+    @property
+    def checkpoints(self) -> list[str]:
+        return list(self.origin.checkpoints)
+
+    @property
+    def supervised_attention(self) -> tuple[int, list[int]] | None:
+        return self.origin.supervised_attention
+
+    @property
+    def languages(self) -> tuple[str, str] | None:
+        return self.origin.languages
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path | Sequence[str | Path], device: str = "auto",
-                        max_input_tokens: int = DecodeConfig.max_input_tokens,
-                        precision: str = "fp32", shortlist: str | Path | None = None,
-                        compile: bool | None = False,
-                        shortlist_sizes: tuple[int | None, int | None] | None = None,
-                        engine: str = "seq2seq", compile_cache: str | None = None) -> "Translator":
+    def from_checkpoint(cls, path: str | Path | Sequence[str | Path], setup: TranslatorSetup | None = None,
+                        decode: DecodeConfig | None = None, **options: Any) -> "Translator":
         """A checkpoint file or run directory; a list of them is ``from_checkpoints`` (an ensemble).
+        ``options``: fields of ``TranslatorSetup`` (``device="cpu"``, ``precision``, ...) or of the
+        default ``DecodeConfig`` (``max_input_tokens=40``), overriding ``setup`` and ``decode``.
 
         ``precision`` fp16 / bf16 stores the weights and runs decoding in half precision: it
         halves the bytes every step reads, which is what bounds one-sentence-at-a-time decoding on
@@ -102,16 +113,11 @@ class Translator:
         (translations per source token, frequent tokens; None keeps the file's) resizes it.
         ``compile``, ``compile_cache`` and ``engine``: see ``from_checkpoints``."""
         paths = [path] if isinstance(path, (str, Path, LoadedCheckpoint)) else list(path)
-        return cls.from_checkpoints(paths, device, max_input_tokens, precision, shortlist, compile, shortlist_sizes,
-                                    engine, compile_cache)
+        return cls.from_checkpoints(paths, setup, decode, **options)
 
     @classmethod
-    def from_checkpoints(cls, paths: Sequence[str | Path | LoadedCheckpoint], device: str = "auto",
-                         max_input_tokens: int = DecodeConfig.max_input_tokens,
-                         precision: str = "fp32", shortlist: str | Path | None = None,
-                         compile: bool | None = False,
-                         shortlist_sizes: tuple[int | None, int | None] | None = None,
-                         engine: str = "seq2seq", compile_cache: str | None = None) -> "Translator":
+    def from_checkpoints(cls, paths: Sequence[str | Path | LoadedCheckpoint], setup: TranslatorSetup | None = None,
+                         decode: DecodeConfig | None = None, **options: Any) -> "Translator":
         """One checkpoint: its model; several: their ensemble (``EnsembleModel``: at every step the
         mean of the members' probabilities), of any mix of architectures. They must share the
         SentencePiece model (else a UserError naming both files, before any model is built).
@@ -131,6 +137,8 @@ class Translator:
         runtime on the checkpoint converted once and cached beside it; a named error for what it
         cannot decode) or "auto" (CTranslate2 where it can decode the model and is installed);
         ``seq2seq.decoding.ctranslate2``. Attention and confidence come from our model either way."""
+        setup, decode = setup_and_decode(setup, decode, options)
+        device, precision, shortlist, compile = setup.device, setup.precision, setup.shortlist, setup.compile
         if isinstance(paths, (str, Path, LoadedCheckpoint)):
             paths = [paths]
         if not paths:
@@ -154,10 +162,7 @@ class Translator:
         slow = precision_warning(dev, precision) if precision == "bf16" else None  # fp16 is CUDA-only in training
         if slow:
             warnings.warn(slow, stacklevel=2)
-        for member_config in (member.config for member in loaded):
-            if member_config.model.arch == "transformer" and member_config.model.positional == "learned":
-                max_input_tokens = min(max_input_tokens, member_config.model.max_positions - 1)
-        if shortlist_sizes is not None and shortlist is None:
+        if setup.shortlist_sizes is not None and shortlist is None:
             raise UserError("--shortlist-sizes needs --shortlist")
         if shortlist is not None:
             if str(shortlist) == "auto":
@@ -167,22 +172,21 @@ class Translator:
             if shortlist.vocab_size != config.model.vocab_size:
                 raise UserError(f"shortlist covers {shortlist.vocab_size} tokens, checkpoint {path} has "
                                 f"{config.model.vocab_size}; rebuild it with `seq2seq shortlist`")
-            if shortlist_sizes is not None:
-                shortlist = shortlist.with_sizes(*shortlist_sizes)
-        search = open_engine(engine, loaded, dev, precision, shortlist is not None, torch.get_num_threads())
+            if setup.shortlist_sizes is not None:
+                shortlist = shortlist.with_sizes(*setup.shortlist_sizes)
+        search = open_engine(setup.engine, loaded, dev, precision, shortlist is not None, torch.get_num_threads())
         with torch_threads(1 if search is not None else None):  # see ``translate``
-            models = [_build(member, dev, precision) for member in loaded]
+            models = [build_decoding_model(member, dev, precision) for member in loaded]
         model = models[0] if len(models) == 1 else EnsembleModel(models)
         if compile and search is not None:
-            raise UserError(f"--compile (and --compile-cache) compiles our engine's decoding step; --engine {engine} "
-                            "runs CTranslate2's search instead: drop one of them")
+            raise UserError(f"--compile (and --compile-cache) compiles our engine's decoding step; --engine "
+                            f"{setup.engine} runs CTranslate2's search instead: drop one of them")
         wanted = compile_pays(dev, precision) if compile is None else compile
-        compiled = compile_decoding(model, compile_cache) if wanted and search is None else False
-        return cls(model, tokenizer, dev, max_input_tokens, shortlist, compiled=compiled, engine=search,
-                   compile_cache=compile_cache,
-                   checkpoints=[str(p.path if isinstance(p, LoadedCheckpoint) else p) for p in paths],
-                   supervised_attention=config.supervised_attention(),  # an ensemble's attention: its first's
-                   languages=(config.data.src, config.data.tgt))
+        compiled = compile_decoding(model, setup.compile_cache) if wanted and search is None else False
+        origin = ModelOrigin(checkpoints=tuple(str(p.path if isinstance(p, LoadedCheckpoint) else p) for p in paths),
+                             supervised_attention=config.supervised_attention(),  # an ensemble's: its first's
+                             languages=(config.data.src, config.data.tgt))
+        return cls(model, tokenizer, decode, shortlist, search, compiled, setup.compile_cache, origin)
 
     def warm_up(self, beam_sizes: Sequence[int]) -> float:
         """Translate one sentence alone at each beam size, so that a compiled model (``compile``)
@@ -255,7 +259,7 @@ class Translator:
         if isinstance(sentences, (str, bytes)):
             raise UserError("Translator.translate takes a list of sentences, got one string; "
                             "use translate([text]) (a string would be read as one sentence per character)")
-        decode = _decode_config(decode, options)
+        decode = decode_config(self.decode if decode is None else decode, options)
         if decode.sample and decode.seed is None:  # one seed for the whole call: sentence i's samples
             decode = dataclasses.replace(decode, seed=secrets.randbits(63))  # do not depend on the batching
         # with another engine our model's passes (attention, confidence) run on one thread: once
@@ -268,7 +272,8 @@ class Translator:
     def _translate(self, sentences: Sequence[str], decode: DecodeConfig, prefix: Sequence[str] | None,
                    constraints: Sequence[Sequence[str]] | None, need_attention: bool, confidence: bool,
                    first_line: int, progress: bool) -> list[Translation]:
-        encoded = [self._encode(text, line) for line, text in enumerate(sentences, start=first_line)]
+        limit = min(decode.max_input_tokens, self.input_bound)
+        encoded = [self._encode(text, line, limit) for line, text in enumerate(sentences, start=first_line)]
         steps = self._prefix_steps(prefix, len(sentences), first_line)
         wanted = self._constraints(constraints, decode.ordered_constraints, len(sentences), decode.sample)
         results: list[Translation | None] = [None] * len(sentences)
@@ -282,46 +287,51 @@ class Translator:
         ensemble = isinstance(self.model, EnsembleModel)
         for batch in batches:
             src = pad_ids([encoded[i] for i in batch], self.device)  # (batch, src_len)
-            src_mask = src != PAD_ID
-            vocabulary = None if self.shortlist is None else self.shortlist.vocabulary(src, src_mask)
-            prefixes = None if steps is None else Prefixes([steps[i] for i in batch], self.tokenizer.vocab_size)
-            if prefixes is not None and vocabulary is not None:  # a shortlist keeps the prefix's tokens
-                vocabulary = torch.unique(torch.cat([vocabulary, prefixes.token_ids().to(vocabulary.device)]))
+            inputs = SearchBatch(src, src != PAD_ID, sentence_ids=[first_line - 1 + i for i in batch],
+                                 prefixes=None if steps is None else Prefixes([steps[i] for i in batch],
+                                                                              self.tokenizer.vocab_size))
             batch_constraints = None if wanted is None or not any(wanted[i].phrases for i in batch) else [
                 wanted[i] for i in batch]
-            if batch_constraints is not None:
-                if self.engine is not None:
-                    raise UserError(f"--constraints: --engine {self.engine.name} has no constrained search; use "
-                                    "--engine seq2seq")
-                if vocabulary is not None:  # a shortlist keeps the constraints' tokens
-                    kept = sorted(set().union(*(c.token_ids() for c in batch_constraints)))
-                    vocabulary = torch.unique(torch.cat([vocabulary, torch.tensor(kept, device=vocabulary.device)]))
-                try:
-                    hypotheses = constrained_beam_search(
-                        self.model, src, src_mask, batch_constraints, decode,
-                        need_attention=need_attention and not ensemble, vocabulary=vocabulary, prefixes=prefixes)
-                except ConstraintTooLong as exc:
-                    raise UserError(
-                        f"--constraints line {first_line + batch[exc.index]}: the phrases need {exc.needed} target "
-                        f"pieces{' with the prefix' if prefixes is not None else ''}, but this input's output may "
-                        f"have at most {exc.bound} (its source length x --max-output-ratio {decode.max_output_ratio:g} "
-                        "+ 10): shorten or drop a phrase, or raise --max-output-ratio") from None
-            elif self.engine is not None:  # another engine's search; the attention is our model's
+            inputs.vocabulary = self._vocabulary(inputs, batch_constraints)
+            if self.engine is not None:  # another engine's search; the attention is our model's
+                self.engine.check(decode, constraints=batch_constraints is not None)
                 hypotheses = self.engine([encoded[i] for i in batch], decode,
                                          None if prefix is None else [prefix[i] for i in batch])
                 if need_attention:
-                    attach_attention(self.model, src, src_mask, hypotheses)
+                    attach_attention(self.model, inputs.src, inputs.src_mask, hypotheses)
             else:
-                hypotheses = translate_batch(
-                    self.model, src, src_mask, decode, need_attention=need_attention and not ensemble,
-                    vocabulary=vocabulary, sentence_ids=[first_line - 1 + i for i in batch], prefixes=prefixes)
-            members = (self.model.attach_member_attention(src, src_mask, hypotheses)
+                hypotheses = self._search(inputs, decode, batch_constraints, need_attention and not ensemble,
+                                          [first_line + i for i in batch])
+            members = (self.model.attach_member_attention(inputs.src, inputs.src_mask, hypotheses)
                        if ensemble and need_attention else [None] * len(batch))
             if confidence:
-                attach_confidence(self.model, src, src_mask, hypotheses)
+                attach_confidence(self.model, inputs.src, inputs.src_mask, hypotheses)
             for i, hyps, member_attention in zip(batch, hypotheses, members):
                 results[i] = self._to_translation(sentences[i], encoded[i], hyps, member_attention)
         return results  # type: ignore[return-value]
+
+    def _search(self, inputs: SearchBatch, decode: DecodeConfig, constraints: list[SentenceConstraints] | None,
+                need_attention: bool, lines: list[int]) -> list[list[Hypothesis]]:
+        """Our search of one batch (``translate_batch``); ``lines`` number its sentences in errors."""
+        try:
+            return translate_batch(self.model, inputs, decode, need_attention=need_attention, constraints=constraints)
+        except ConstraintTooLong as exc:
+            raise UserError(
+                f"--constraints line {lines[exc.index]}: the phrases need {exc.needed} target pieces"
+                f"{' with the prefix' if inputs.prefixes is not None else ''}, but this input's output may have at "
+                f"most {exc.bound} (its source length x --max-output-ratio {decode.max_output_ratio:g} + "
+                f"{decode.max_output_offset}): shorten or drop a phrase, or raise --max-output-ratio") from None
+
+    def _vocabulary(self, inputs: SearchBatch, constraints: list[SentenceConstraints] | None) -> torch.Tensor | None:
+        """The batch's shortlist (None: the whole vocabulary), keeping its prefixes' and constraints' tokens."""
+        if self.shortlist is None:
+            return None
+        vocabulary = self.shortlist.vocabulary(inputs.src, inputs.src_mask)
+        kept = [] if inputs.prefixes is None else [inputs.prefixes.token_ids().to(vocabulary.device)]
+        if constraints is not None:
+            ids = sorted(set().union(*(c.token_ids() for c in constraints)))
+            kept.append(torch.tensor(ids, dtype=vocabulary.dtype, device=vocabulary.device))
+        return torch.unique(torch.cat([vocabulary, *kept])) if kept else vocabulary
 
     def _prefix_steps(self, prefix: Sequence[str] | None, count: int, first_line: int) -> list | None:
         """Each sentence's allowed tokens per step (``PrefixSpeller``), or None without prefixes."""
@@ -363,17 +373,17 @@ class Translator:
                             "drop --sample or the constraints")
         return result
 
-    def _encode(self, text: str, line: int) -> list[int]:
+    def _encode(self, text: str, line: int, limit: int) -> list[int]:
+        """The subwords of ``text`` and EOS, cut to ``limit`` subwords with a warning naming the line."""
         text = text.strip()
         if not text:
             return []
         ids = self.tokenizer.encode(text)
-        if len(ids) > self.max_input_tokens:
+        if len(ids) > limit:
             LOGGER.warning(f"warning: input line {line} has {len(ids)} subword tokens; translating only the "
-                           f"first {self.max_input_tokens} (raise --max-input-tokens to change)")
-            ids = ids[: self.max_input_tokens]
+                           f"first {limit} (raise --max-input-tokens to change)")
+            ids = ids[:limit]
         return ids + [EOS_ID]
-
 
     def _to_translation(self, source: str, src_ids: list[int], hyps: list,
                         member_attention: list[list[torch.Tensor]] | None = None) -> Translation:
@@ -394,29 +404,3 @@ class Translator:
         best = alternatives[0]
         best.alternatives = alternatives
         return best
-
-
-def _decode_config(decode: DecodeConfig | None, options: dict[str, Any]) -> DecodeConfig:
-    """``decode`` (default: ``DecodeConfig()``) with ``options`` (its field names) replaced; checked."""
-    decode = DecodeConfig() if decode is None else decode
-    if not options:
-        return decode
-    unknown = sorted(set(options) - {f.name for f in dataclasses.fields(DecodeConfig)})
-    if unknown:
-        raise UserError(f"Translator.translate: unknown option(s) {', '.join(unknown)}; the decoding options are "
-                        f"DecodeConfig's fields: {', '.join(f.name for f in dataclasses.fields(DecodeConfig))}")
-    return dataclasses.replace(decode, **options)
-
-
-def _build(loaded: LoadedCheckpoint, device: torch.device, precision: str) -> EncoderDecoder:
-    """The checkpoint's model with its weights, quantized (int8) or cast to ``precision``, on ``device``;
-    in fp32 on CPU its linear layers compute on oneDNN-packed weights (``seq2seq.nn.packed``)."""
-    model = loaded.build_model()
-    if precision == "int8":
-        from ..nn.quantize import quantize_for_decoding
-
-        model = quantize_for_decoding(model)
-    model = model.to(device, DECODING_DTYPES[precision])
-    if device.type == "cpu" and precision == "fp32":
-        pack_for_decoding(model)
-    return model

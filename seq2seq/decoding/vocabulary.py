@@ -3,15 +3,10 @@ shortlist), with PAD and BOS banned, EOS forced at the length bound, and a targe
 chosen token's log-probability is always the model's own (masks come after the softmax)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from ..models.base import EncoderDecoder
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
-
-if TYPE_CHECKING:
-    from .sampling import Sampling
 
 
 def only_eos(log_p: torch.Tensor, rows: torch.Tensor, eos: int, sync_free: bool) -> None:
@@ -69,26 +64,3 @@ class OutputVocabulary:
     def token_ids(self, columns: torch.Tensor) -> torch.Tensor:
         """Columns of ``log_probs`` -> token ids."""
         return columns if self.ids is None else self.ids[columns]
-
-    def best_tokens(self, logits: torch.Tensor, force_eos: torch.Tensor, count: int,
-                    allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The ``count`` most probable next tokens of every row and their log-probabilities.
-
-        logits (rows, V) -> log p (rows, count), token ids (rows, count), best first (``log_probs``:
-        PAD and BOS never, only EOS where ``force_eos``)."""
-        log_p = self.log_probs(logits, force_eos, allowed)  # (rows, V)
-        if count == 1:
-            best, column = log_p.max(-1, keepdim=True)
-        else:
-            best, column = log_p.topk(min(count, log_p.size(-1)), dim=-1)
-        return best, self.token_ids(column)
-
-    def sampled_tokens(self, logits: torch.Tensor, force_eos: torch.Tensor, sampling: "Sampling",
-                       uniform: torch.Tensor, allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """One token per row drawn by ``sampling`` with the uniform numbers ``uniform`` (rows,) ->
-        log p (rows, 1), token ids (rows, 1), where log p is the model's own log-probability of
-        the token (``log_probs``: temperature 1, before top-k / top-p), not that of the reshaped
-        distribution it was drawn from."""
-        log_p = self.log_probs(logits, force_eos, allowed)  # (rows, V)
-        column = sampling.choose(log_p, uniform)  # (rows, 1)
-        return log_p.gather(1, column), self.token_ids(column)

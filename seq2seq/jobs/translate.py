@@ -91,8 +91,7 @@ def translate_stream(job: TranslateJob) -> int:
     _check_attribution(job)
     _check_markup(job)
     decode = job.decode
-    translator = Translator.from_checkpoints(job.checkpoints, device=job.device,
-                                             max_input_tokens=decode.max_input_tokens, precision=job.precision,
+    translator = Translator.from_checkpoints(job.checkpoints, decode=decode, device=job.device, precision=job.precision,
                                              shortlist=job.shortlist, compile=job.compile or bool(job.compile_cache),
                                              compile_cache=job.compile_cache,
                                              shortlist_sizes=job.shortlist_sizes, engine=job.engine)

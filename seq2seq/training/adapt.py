@@ -88,6 +88,4 @@ def adapt(translator: Translator, sources: Sequence[str], targets: Sequence[str]
                 f"pass) -> {float(losses[-1]):.3f}")
     if any(isinstance(m, PackedLinear) for m in translator.model.modules()):
         pack_for_decoding(model)  # decodes as fast as the model it came from
-    return Translator(model.eval(), tok, device, translator.max_input_tokens, shortlist=translator.shortlist,
-                      checkpoints=translator.checkpoints, supervised_attention=translator.supervised_attention,
-                      languages=translator.languages)
+    return Translator(model.eval(), tok, translator.decode, shortlist=translator.shortlist, origin=translator.origin)

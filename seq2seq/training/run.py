@@ -209,7 +209,7 @@ def test_best_checkpoint(trainer: Trainer, out: Path, beam_size: int = 5, plots:
 
     trainer.model.load_state_dict(load_checkpoint(out / "best.pt")["model"])
     sources, references = trainer.corpus.texts("test")
-    translator = Translator(trainer.model, trainer.corpus.tokenizer, trainer.device)
+    translator = Translator(trainer.model, trainer.corpus.tokenizer)
     hyps = translator.translate(sources, beam_size=beam_size, need_attention=False)
     with atomic_output(out / "test.hyp") as handle:
         handle.writelines(h.text + "\n" for h in hyps)

@@ -440,7 +440,7 @@ class Trainer:
             loss_sum += sequence_loss(logits, batch.tgt_out)
             tokens += batch.num_tgt_tokens
         sources, references = self.corpus.texts("validation", self.cfg.train.eval_max_sentences)
-        translator = Translator(self.model, self.corpus.tokenizer, self.device)  # decodes in IEEE fp32, leaves --tf32
+        translator = Translator(self.model, self.corpus.tokenizer)  # decodes in IEEE fp32, leaves --tf32
         hyps = translator.translate(sources, beam_size=self.cfg.train.eval_beam_size, need_attention=False)
         scores = corpus_scores([h.text for h in hyps], references, ("bleu", "chrf"))
         if self.tensorboard.writer is not None:  # the same few sentences at every validation
