@@ -108,7 +108,8 @@ def test_translate_takes_one_decoding_config_checked_where_it_is_built():
     import dataclasses
     import inspect
 
-    from seq2seq.decoding.translator import Translator, _decode_config
+    from seq2seq.decoding.setup import decode_config as _decode_config
+    from seq2seq.decoding.translator import Translator
 
     parameters = inspect.signature(Translator.translate).parameters
     per_sentence = {"self", "sentences", "prefix", "constraints", "options"}
