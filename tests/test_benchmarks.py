@@ -476,6 +476,22 @@ def test_ab_speed_measures_each_tree_interleaved_and_refuses_a_tree_it_does_not_
     assert proc.returncode != 0 and "not from the tree" in proc.stderr
 
 
+def test_ab_outputs_compares_every_mode_of_two_trees(tmp_path, monkeypatch):
+    out = tmp_path / "ab.json"
+    script("ab_outputs.py", "--tree", f"a={ROOT}", "--tree", f"b={ROOT}", "--sentences", "4", "--out", str(out),
+           cwd=tmp_path)
+    record = check_record(out, "ab-outputs")
+    assert {"transformer beam 5", "rnn constraints", "ensemble sampling"} <= set(record["modes"])
+    assert all(m["same"] and m["outputs"] >= 4 for m in record["modes"].values())
+    import ab_outputs  # a tree whose outputs differ: named, and the exit status says so
+
+    monkeypatch.setattr(ab_outputs, "decode", lambda tree, n: {"rnn greedy": [["x", -1.0]] if "a" in str(tree)
+                                                                else [["y", -1.0]]})
+    assert ab_outputs.main(["--tree", "a=/a", "--tree", "b=/b", "--out", str(tmp_path / "x.json")]) == 1
+    assert json.loads((tmp_path / "x.json").read_text())["modes"]["rnn greedy"]["first_differences"] == [
+        [["x", -1.0], ["y", -1.0]]]
+
+
 def test_rnn_step_benchmark_times_the_step_eager_and_compiled(tmp_path):
     """Smoke run of bench_rnn_step.py with Dynamo's "eager" backend (no code generated: the same logits)."""
     out = tmp_path / "rnn-step.json"

@@ -18,7 +18,7 @@ LONG = " ".join(["nine hundred and ninety-nine thousand"] * 8)
 
 #: a value other than the default for every field (sampling fields with sample=True, searches without)
 SEARCH_VALUES = {"beam_size": 3, "length_penalty": 0.6, "n_best": 2, "batch_size": 7, "max_output_ratio": 2.5,
-                 "max_output_offset": 4, "max_input_tokens": 9, "ordered_constraints": True}
+                 "max_output_offset": 4, "max_input_tokens": 9, "ordered_constraints": True, "beam_stop": "likely"}
 SAMPLE_VALUES = {"sample": True, "top_k": 3, "top_p": 0.8, "temperature": 1.7, "seed": 5}
 
 

@@ -1,4 +1,5 @@
 """Greedy and beam search: identities that must hold for any EncoderDecoder."""
+import itertools
 import math
 
 import pytest
@@ -156,14 +157,14 @@ def test_a_sentence_is_not_done_while_a_live_beam_scores_above_its_finished_ones
     expected = 3 * math.log(0.85) + math.log(0.95)
     (greedy,), = greedy_search(model, SearchBatch(src, src != PAD), need_attention=False)
     assert greedy.tokens == [4, 5, 6] and greedy.log_prob == pytest.approx(expected, abs=1e-4)
-    for k in (2, 3, 5):
-        for alpha in (0.0, 1.0):
-            best = beam_search(model, SearchBatch(src, src != PAD),
-                               DecodeConfig(beam_size=k, n_best=k, length_penalty=alpha), need_attention=False)[0]
-            assert best[0].tokens == [4, 5, 6], (k, alpha, [h.tokens for h in best])
-            assert best[0].score == pytest.approx(expected / _gnmt(4, alpha), abs=1e-4)
-            scores = [h.score for h in best]  # the k best finished, a better ending replacing a worse
-            assert len(best) == k and scores == sorted(scores, reverse=True)
+    for k, alpha, stop in itertools.product((2, 3, 5), (0.0, 1.0), ("exact", "likely")):
+        best = beam_search(model, SearchBatch(src, src != PAD),
+                           DecodeConfig(beam_size=k, n_best=k, length_penalty=alpha, beam_stop=stop),
+                           need_attention=False)[0]
+        assert best[0].tokens == [4, 5, 6], (k, alpha, stop, [h.tokens for h in best])
+        assert best[0].score == pytest.approx(expected / _gnmt(4, alpha), abs=1e-4)
+        scores = [h.score for h in best]  # the k best finished, a better ending replacing a worse
+        assert len(best) == k and scores == sorted(scores, reverse=True)
 
 
 def test_beam_not_worse_than_greedy(model, batch):
@@ -279,7 +280,7 @@ def test_settled_bounds_what_a_live_beam_can_still_score():
     from seq2seq.decoding.generator import Hypothesis
 
     beams = object.__new__(Beams)
-    beams.finished, beams.host_limit, beams.n_best = [[Hypothesis([5], -1.0, -1.0)]], [10], 1
+    beams.finished, beams.host_limit, beams.n_best, beams.exact = [[Hypothesis([5], -1.0, -1.0)]], [10], 1, True
     beams.alpha = 0.0
     assert beams.settled(0, -1.5, 3) and not beams.settled(0, -0.5, 3)
     beams.alpha = 1.0
@@ -289,3 +290,7 @@ def test_settled_bounds_what_a_live_beam_can_still_score():
     assert not beams.settled(0, float("-inf"), 3)  # no live beam, too few finished: on to the bound
     beams.n_best = 1
     assert beams.settled(0, float("-inf"), 3)  # no live beam and enough finished: done
+    # beam_stop "likely": only the length it would have now, 3 + 2 (lp 10/6): -2 / (10/6) = -1.2 < -1.0
+    assert not beams.settled(0, -2.0, 3)  # exact: -2 / (16/6) = -0.75 might still win
+    beams.exact = False
+    assert beams.settled(0, -2.0, 3) and not beams.settled(0, -1.5, 3)  # -1.5 / (10/6) = -0.9

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from ..errors import UserError
 from .fields import STRICT, option
@@ -27,6 +28,11 @@ class DecodeConfig:
     beam_size: int | None = option(None, "beam size (1 = greedy; --sample needs 1)")
     length_penalty: float = option(1.0, "GNMT length penalty alpha (0 = none)")
     n_best: int = option(1, "hypotheses per input (with --sample: independent samples per input)")
+    beam_stop: Literal["exact", "likely"] = option(
+        "exact", "when a sentence's beam search stops: exact = once no live hypothesis can end above its n-best "
+                 "finished ones, up to the length bound (the outputs of searching on); likely = once none would at "
+                 "its current length (Hugging Face's early_stopping=False: faster with --length-penalty > 0, "
+                 "rarely another output)")
     batch_size: int | None = option(None, "sentences decoded together (None: 320 / beam size; sampling: 320 / "
                                           "n-best)")
     max_output_ratio: float = option(1.5, "outputs stop at this ratio x source subwords + --max-output-offset")

@@ -53,6 +53,7 @@ class Beams:
     def __init__(self, generator: Generator, decode: DecodeConfig) -> None:
         sentences, device = len(generator.host_sentence), generator.sentence.device
         self.generator, self.k, self.alpha, self.n_best = generator, decode.beam, decode.length_penalty, decode.n_best
+        self.exact = decode.beam_stop == "exact"
         self.host_limit = generator.limit.tolist()  # each sentence's bound on the host (no syncs)
         self.scores = torch.full((sentences, self.k), float("-inf"), device=device)  # raw sum log-prob
         self.scores[:, 0] = 0.0  # only one live beam at the start
@@ -99,13 +100,17 @@ class Beams:
         after step ``t``) can end above its ``n_best``-th best finished hypothesis. Log-probabilities
         only fall as tokens are added, so a live beam ends at log P <= best_live, with a length from
         t + 2 (its t + 1 tokens and EOS) to the bound + 1: its score is at most best_live / the largest
-        lp over those lengths (log P <= 0). Stopping there changes no output."""
+        lp over those lengths (log P <= 0). Stopping there changes no output (``beam_stop`` "exact").
+
+        With ``beam_stop`` "likely" only the length it would have now counts (lp(t + 2), Hugging Face's
+        ``early_stopping=False``): with a length penalty > 0 a live beam could still win by growing
+        longer, which it rarely does, and the search stops sooner."""
         done = self.finished[sentence]
         if len(done) < self.n_best or best_live == float("-inf"):
             return len(done) >= self.n_best  # no live beam at all: nothing can come
         nth_best = sorted((h.score for h in done), reverse=True)[self.n_best - 1]
-        largest_lp = max(length_penalty_gnmt(t + 2, self.alpha),
-                         length_penalty_gnmt(self.host_limit[sentence] + 1, self.alpha))
+        longest = self.host_limit[sentence] + 1 if self.exact else t + 2
+        largest_lp = max(length_penalty_gnmt(t + 2, self.alpha), length_penalty_gnmt(longest, self.alpha))
         return nth_best >= best_live / largest_lp
 
     def _finish(self, top: torch.Tensor, beam: torch.Tensor, token: torch.Tensor) -> None:
