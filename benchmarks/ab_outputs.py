@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     record = {**provenance("ab-outputs"), "trees": trees, "sentences": args.sentences,
               "modes": dict(sorted(modes.items()))}
     lines = [f"| mode | outputs | {first} = {second} |", "|---|---|---|"]
-    lines += [f"| {mode} | {m['outputs']} | {'yes' if m['same'] else '**no**'} |" for mode, m in record["modes"].items()]
+    lines += [f"| {mode} | {m['outputs']} | {'yes' if m['same'] else '**no**'} |"
+              for mode, m in record["modes"].items()]
     text = "Every output and score of every mode, two trees (benchmarks/ab_outputs.py).\n\n" + "\n".join(lines) + "\n"
     write_record(args.out, record, text)
     print(text)

@@ -492,6 +492,20 @@ def test_ab_outputs_compares_every_mode_of_two_trees(tmp_path, monkeypatch):
         [["x", -1.0], ["y", -1.0]]]
 
 
+def test_beam_stop_benchmark_scores_each_rule_against_greedy(tmp_path):
+    test = toy_corpus(n_train=10, n_valid=10, n_test=12, seed=4)["test"]
+    (tmp_path / "src.txt").write_text("\n".join(test["src"]) + "\n", encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("\n".join(test["tgt"]) + "\n", encoding="utf-8")
+    out = tmp_path / "stop.json"
+    script("bench_beam_stop.py", "--checkpoint", str(ROOT / "tests/data/pre-tiers/rnn.pt"), "--source", "src.txt",
+           "--reference", "ref.txt", "--rounds", "2", "--batch1-sentences", "3", "--out", str(out), cwd=tmp_path)
+    record = check_record(out, "beam-stop")
+    assert set(record["results"]) == {"greedy", "exact", "likely"} and len(record["per_round"]["exact wide"]) == 2
+    exact, likely = record["results"]["exact"], record["results"]["likely"]
+    assert exact["model_score"] >= likely["model_score"] - 1e-3  # the exact rule finds at least as good outputs
+    assert exact["sentences/s batch 1"] > 0 and "| likely |" in out.with_suffix(".md").read_text()
+
+
 def test_rnn_step_benchmark_times_the_step_eager_and_compiled(tmp_path):
     """Smoke run of bench_rnn_step.py with Dynamo's "eager" backend (no code generated: the same logits)."""
     out = tmp_path / "rnn-step.json"
