@@ -28,6 +28,28 @@ def test_every_preset_is_the_same_from_the_command_the_api_and_configs(name):
                         from_cli.train.clip_norm, from_cli.train.schedule, from_cli.data.max_tokens)
 
 
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_a_preset_file_and_print_config_list_only_what_the_architecture_reads(name, capsys):
+    """configs/NAME.yaml and ``--print-config`` hold no option of the other architecture (a Transformer's
+    no rnn_cell, an RNN's no heads), and a file that lists them all (as config.yaml files written before
+    did) still reads back to the same config."""
+    import yaml
+
+    from seq2seq.cli import main
+    from seq2seq.config import ARCH_OPTIONS
+
+    committed = yaml.safe_load((ROOT / "configs" / f"{name}.yaml").read_text(encoding="utf-8"))
+    assert main(["train", "--preset", name, "--print-config"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    arch = committed["model"]["arch"]
+    assert printed["model"]["arch"] == arch
+    other = {key for a, keys in ARCH_OPTIONS.items() if a != arch for key in keys}
+    assert not other & set(committed["model"]) and not other & set(printed["model"])
+    assert set(ARCH_OPTIONS[arch]) <= set(printed["model"])
+    full = RunConfig.from_preset(name).to_dict()  # every option, the other architecture's at their defaults
+    assert RunConfig.from_dict(full) == RunConfig.from_preset(name)
+
+
 def test_api_and_command_resolve_architecture_defaults_alike():
     """RunConfig(model=ModelConfig(arch="rnn")) trains with what `seq2seq train --arch rnn` trains with."""
     api = RunConfig(model=ModelConfig(arch="rnn")).resolved()

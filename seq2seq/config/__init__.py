@@ -330,10 +330,16 @@ RESUME_FIELDS = LIMIT_FIELDS + ("device", "threads", "tf32", "compile")  # compi
 
 
 def config_to_yaml(cfg: RunConfig, header: str = "") -> str:
-    """The config as YAML that ``--config`` reads back to an equal config."""
+    """The config as YAML that ``--config`` reads back to an equal config, listing only the model options
+    its architecture reads (the other architecture's, at their defaults, are left out: a Transformer's
+    preset shows no ``rnn_cell``; ``ModelConfig.unread_options``)."""
     import yaml
 
     data = cfg.to_dict()
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+    for key in cfg.model.unread_options():
+        if data["model"][key] == defaults[key]:
+            del data["model"][key]
     data["train"]["betas"] = list(data["train"]["betas"]) if data["train"]["betas"] is not None else None
     text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
     return (header.rstrip("\n") + "\n" if header else "") + text
