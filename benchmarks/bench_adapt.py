@@ -7,7 +7,7 @@ gold word alignments (from the repository root):
 
 For each (steps, learning rate, pairs per copy): the forward model and, with ``--backward-checkpoint``, the
 backward one are adapted to the gold pairs (the first lines of ``--gold-split``, val; ``--pairs N``: the first N
-lines, the gold pairs among them; ``--adapt-pairs K``: a copy per piece of K consecutive pairs, as ``align
+lines, the gold pairs among them; ``--adapt-pairs K``: a copy per chunk of K consecutive pairs, as ``align
 --adapt-pairs``) by ``steps`` updates of the translation loss alone, and the links ``seq2seq align`` reads (the
 supervised heads, ``--align-method`` grow 0.2) are scored: forward alone and both directions by agreement
 (``BackwardAligner``). Steps 0 is the model as trained. Also the seconds each adaptation took on this machine
@@ -28,7 +28,7 @@ from seq2seq.alignment.links import alignment_error_rate, read_gold_alignments
 from seq2seq.config import ADAPT_LR, AlignConfig
 from seq2seq.decoding.forced_alignment import force_align
 from seq2seq.io_utils import markdown_table, read_lines
-from seq2seq.training.adapt import pieces
+from seq2seq.training.adapt import chunks
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -41,7 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, nargs="+", default=[0, 50, 100, 200])
     parser.add_argument("--lr", type=float, nargs="+", default=[ADAPT_LR])
     parser.add_argument("--adapt-pairs", type=int, nargs="+", default=[0],
-                        help="a copy adapted to each piece of this many consecutive pairs, as align --adapt-pairs "
+                        help="a copy adapted to each chunk of this many consecutive pairs, as align --adapt-pairs "
                              "(0, the default: one copy for all --pairs)")
     parser.add_argument("--pairs", type=int, default=0,
                         help="adapt to the first N pairs of --gold-split (at least the gold's; default: the gold's)")
@@ -68,10 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         if steps == 0 and (lr, size) != (args.lr[0], args.adapt_pairs[0]):
             continue  # the unadapted model once
         forward_links, agreement_links, seconds = [], [], {"forward_s": 0.0, "backward_s": 0.0}
-        for piece in pieces(pairs, size) if steps else [range(count)]:
-            if piece.start >= count:
-                break  # the gold pairs are aligned: the later pieces are not scored
-            src, tgt = sources[piece.start:piece.stop], targets[piece.start:piece.stop]
+        for chunk in chunks(pairs, size) if steps else [range(count)]:
+            if chunk.start >= count:
+                break  # the gold pairs are aligned: the later chunks are not scored
+            src, tgt = sources[chunk.start:chunk.stop], targets[chunk.start:chunk.stop]
             started = time.perf_counter()
             fw = adapt(forward, src, tgt, steps, lr)
             seconds["forward_s"] += time.perf_counter() - started
@@ -89,12 +89,12 @@ def main(argv: list[str] | None = None) -> int:
         rows.append([steps, lr if steps else "", size or pairs if steps else "", f"{entry['forward']['aer']:.4f}",
                      f"{entry['agreement']['aer']:.4f}" if "agreement" in entry else "",
                      round(entry["forward_s"] + entry["backward_s"], 1)])
-        print(f"steps {steps} lr {lr} pieces of {size or pairs}: forward {entry['forward']['aer']:.4f}"
+        print(f"steps {steps} lr {lr} chunks of {size or pairs}: forward {entry['forward']['aer']:.4f}"
               + (f" agreement {entry['agreement']['aer']:.4f}" if "agreement" in entry else ""), flush=True)
         table = (f"AER on {count} gold pairs ({args.gold_split}) after adapting to the first {pairs} (a copy per "
-                 f"piece of consecutive pairs); {record['machine'].get('cpu', '')}\n\n"
+                 f"chunk of consecutive pairs); {record['machine'].get('cpu', '')}\n\n"
                  + markdown_table(["steps", "lr", "pairs per copy", "forward AER", "agreement AER",
-                                   "adapting s (both, gold pieces)"], rows))
+                                   "adapting s (both, gold chunks)"], rows))
         write_record(args.out, record, table)
     return 0
 

@@ -80,3 +80,25 @@ def test_an_rnn_adapts_too(tiny_tokenizer):
     translator = Translator(model, tiny_tokenizer)
     adapted = adapt(translator, SOURCES, TARGETS, steps=12, lr=3e-3)
     assert log_likelihood(adapted) > log_likelihood(translator) + 1.0
+
+
+def test_adapting_makes_its_adam_with_the_training_loops_builder(checkpoint, monkeypatch):  # noqa: F811
+    """adapt's optimizer comes from ``training.optim.build_optimizer`` (one optimizer builder), with adapt's own
+    numbers written out: Adam (no decoupled decay), the given learning rate, betas (0.9, 0.98), eps 1e-9, no weight
+    decay (catches the builder's or PyTorch's defaults, betas (0.9, 0.999) or eps 1e-8, taking their place)."""
+    import seq2seq.training.adapt as adapt_module
+    from seq2seq.training import optim as optim_module
+
+    built = []
+
+    def spy(model, settings):
+        built.append(optim_module.build_optimizer(model, settings))
+        return built[-1]
+
+    monkeypatch.setattr(adapt_module, "build_optimizer", spy)
+    translator = Translator.from_checkpoint(checkpoint, device="cpu")
+    adapt(translator, SOURCES, TARGETS, steps=1, lr=2e-3)
+    (optimizer,) = built
+    assert type(optimizer) is torch.optim.Adam
+    (group,) = optimizer.param_groups
+    assert (group["lr"], tuple(group["betas"]), group["eps"], group["weight_decay"]) == (2e-3, (0.9, 0.98), 1e-9, 0.0)

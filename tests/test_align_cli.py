@@ -343,16 +343,16 @@ def test_align_writes_links_without_gold_and_adapts_first(checkpoint, gold_files
     assert "--adapt-steps" in capsys.readouterr().err
 
 
-def test_align_adapts_a_copy_to_each_piece_of_pairs(checkpoint, gold_files, tmp_path, capsys):
+def test_align_adapts_a_copy_to_each_chunk_of_pairs(checkpoint, gold_files, tmp_path, capsys):
     """``--adapt-pairs 2`` on 3 pairs: the links of pairs 1-2 come from a copy adapted to those two, the third's
-    from a copy adapted to it alone (as the Python API gives them); the pieces cover every pair once, in order; a
+    from a copy adapted to it alone (as the Python API gives them); the chunks cover every pair once, in order; a
     negative --adapt-pairs is a named error."""
     from seq2seq import adapt
     from seq2seq.decoding.forced_alignment import force_align
-    from seq2seq.training.adapt import pieces
+    from seq2seq.training.adapt import chunks
 
-    assert pieces(250, 100) == [range(0, 100), range(100, 200), range(200, 250)]
-    assert pieces(3, 0) == [range(0, 3)] and pieces(3, 5) == [range(0, 3)] and pieces(0, 0) == [range(0)]
+    assert chunks(250, 100) == [range(0, 100), range(100, 200), range(200, 250)]
+    assert chunks(3, 0) == [range(0, 3)] and chunks(3, 5) == [range(0, 3)] and chunks(0, 0) == [range(0)]
     links = tmp_path / "links.txt"
     argv = ["--checkpoint", str(checkpoint), "--source", str(gold_files["src"]), "--target", str(gold_files["tgt"]),
             "--device", "cpu", "--align-method", "argmax", "--adapt-steps", "3", "--adapt-lr", "3e-3"]
@@ -360,10 +360,10 @@ def test_align_adapts_a_copy_to_each_piece_of_pairs(checkpoint, gold_files, tmp_
     sources, targets = (gold_files[k].read_text(encoding="utf-8").splitlines() for k in ("src", "tgt"))
     translator = Translator.from_checkpoint(checkpoint, device="cpu")
     expected = []
-    for piece in (slice(0, 2), slice(2, 3)):
-        adapted = adapt(translator, sources[piece], targets[piece], steps=3, lr=3e-3)
+    for chunk in (slice(0, 2), slice(2, 3)):
+        adapted = adapt(translator, sources[chunk], targets[chunk], steps=3, lr=3e-3)
         layer, heads = check_layer_heads(AlignConfig.layer, AlignConfig.heads, adapted.model)
-        expected += force_align(adapted, sources[piece], targets[piece],
+        expected += force_align(adapted, sources[chunk], targets[chunk],
                                 AlignConfig(layer=layer, heads=heads, method="argmax"))
     assert read_pharaoh_file(links)[0] == expected
     whole = tmp_path / "whole.txt"

@@ -560,6 +560,6 @@ def test_adapt_benchmark_scores_each_adaptation_forward_and_by_agreement(tmp_pat
         (0, 1e-3, 0), (2, 1e-3, 0), (2, 1e-3, 3), (2, 3e-3, 0), (2, 3e-3, 3)]
     for result in record["results"]:
         assert 0 <= result["forward"]["aer"] <= 1 and 0 <= result["agreement"]["aer"] <= 1
-        assert result["forward"]["sentences"] == 4  # in pieces of 3: the second piece's pair scored too
+        assert result["forward"]["sentences"] == 4  # in chunks of 3: the second chunk's pair scored too
     table = out.with_suffix(".md").read_text()
     assert "| 2 | 0.003 | 4 |" in table and "| 2 | 0.003 | 3 |" in table

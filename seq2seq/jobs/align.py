@@ -21,7 +21,7 @@ of ``--symmetrize`` (default: agreement with a backward model, else forward) are
 Without ``--gold`` nothing is scored: the links of ``--symmetrize`` go to ``--output`` (a corpus aligner).
 With ``--adapt-steps N`` each model is first fine-tuned on the pairs themselves (``training.adapt``: the
 translation loss only, N updates), as a word aligner estimates its tables on the corpus it aligns: a fresh copy
-for each ``--adapt-pairs`` consecutive pairs (``training.adapt.pieces``), whose links come from that copy.
+for each ``--adapt-pairs`` consecutive pairs (``training.adapt.chunks``), whose links come from that copy.
 
 Gold file: one line per sentence, 0-based ``i-j`` (or ``i-j-S``) sure links, ``i?j`` (or
 ``i-j-P``) possible links.
@@ -40,7 +40,7 @@ from ..config import ADAPT_LR, ADAPT_PAIRS, FORCED_BATCH_SIZE, MODEL_SYMMETRIZAT
 from ..errors import UserError
 from ..io_utils import atomic_output, counted, markdown_table, read_parallel
 from ..runtime import LOGGER
-from ..training.adapt import adapt, pieces
+from ..training.adapt import adapt, chunks
 
 
 @dataclass
@@ -91,11 +91,11 @@ def evaluate(job: AlignJob) -> dict[str, AlignmentScores]:
         if job.adapt_steps:  # its checks (direction, layer, heads) before a minute of adapting
             BackwardAligner(forward, backward, job.align, batch_size=job.batch_size)
     systems: dict[str, list[set[Link]]] = {}
-    for piece in pieces(len(sources), job.adapt_pairs) if job.adapt_steps else [range(len(sources))]:
-        src, tgt = sources[piece.start:piece.stop], targets[piece.start:piece.stop]
+    for chunk in chunks(len(sources), job.adapt_pairs) if job.adapt_steps else [range(len(sources))]:
+        src, tgt = sources[chunk.start:chunk.stop], targets[chunk.start:chunk.stop]
         adapted = adapt(forward, src, tgt, job.adapt_steps, job.adapt_lr)
         adapted_backward = adapt(backward, tgt, src, job.adapt_steps, job.adapt_lr) if backward is not None else None
-        for name, links in _links(job, adapted, adapted_backward, src, tgt, layer, heads, piece.start).items():
+        for name, links in _links(job, adapted, adapted_backward, src, tgt, layer, heads, chunk.start).items():
             systems.setdefault(name, []).extend(links)
     if job.output:
         with atomic_output(job.output) as out:

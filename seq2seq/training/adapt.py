@@ -31,13 +31,14 @@ from ..errors import UserError
 from ..nn.packed import PackedLinear, pack_for_decoding, unpacked_copy
 from ..runtime import LOGGER
 from ..tokenizer import EOS_ID
-from .optim import sequence_loss
+from .optim import OptimizerSettings, build_optimizer, sequence_loss
 
 ADAPT_MAX_TOKENS = 3000  # the CPU presets' batch
+ADAPT_BETAS, ADAPT_EPS = (0.9, 0.98), 1e-9  # Adam's, no weight decay (the Transformer's training betas)
 
 
-def pieces(count: int, size: int) -> list[range]:
-    """The consecutive pieces of at most ``size`` of ``count`` pairs (``size`` 0: all in one) that ``align
+def chunks(count: int, size: int) -> list[range]:
+    """The consecutive chunks of at most ``size`` of ``count`` pairs (``size`` 0: all in one) that ``align
     --adapt-pairs`` adapts a copy of the model to, one after the other."""
     size = size or count or 1
     return [range(start, min(start + size, count)) for start in range(0, count, size)] or [range(0)]
@@ -66,7 +67,7 @@ def adapt(translator: Translator, sources: Sequence[str], targets: Sequence[str]
     sampler = TokenBatchSampler([len(s) for s in src_ids], [len(t) for t in tgt_ids], max_tokens, shuffle=True,
                                 seed=seed, drop_oversized=False)
     model = unpacked_copy(translator.model).to(device).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
+    optimizer = build_optimizer(model, OptimizerSettings("adam", lr, ADAPT_BETAS, weight_decay=0.0, eps=ADAPT_EPS))
     per_pass = len(sampler.batches(0))  # every pass packs the same lengths into as many batches
     batches = itertools.chain.from_iterable(sampler.batches(epoch) for epoch in itertools.count())
     started, losses = time.perf_counter(), []

@@ -4,6 +4,7 @@ linear decay to zero at the end of the run's budget; label-smoothed cross-entrop
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -26,16 +27,33 @@ def schedule_kind(cfg: RunConfig) -> str:
     return "inverse-sqrt" if cfg.model.arch == "transformer" else "plateau"
 
 
-def build_optimizer(model: torch.nn.Module, cfg: RunConfig) -> torch.optim.Optimizer:
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """What ``build_optimizer`` makes: Adam or AdamW with its learning rate, betas, weight decay and eps (a run's
+    from its config, ``of_run``; adapting's its own, ``training.adapt``)."""
+
+    kind: str
+    lr: float
+    betas: tuple[float, float]
+    weight_decay: float = 0.0
+    eps: float = 1e-8  # PyTorch's
+
+    @classmethod
+    def of_run(cls, cfg: RunConfig) -> OptimizerSettings:
+        """A run's optimizer (``cfg`` resolved): ``--optimizer``, ``--lr``, ``--betas``, ``--weight-decay``."""
+        return cls(cfg.train.optimizer, default_lr(cfg), tuple(cfg.train.betas), cfg.train.weight_decay)
+
+
+def build_optimizer(model: torch.nn.Module, settings: OptimizerSettings) -> torch.optim.Optimizer:
     """Adam or AdamW over ``model``'s parameters (built on their device): fused on CUDA, PyTorch's
     default (foreach) elsewhere, so CPU runs keep their numbers."""
     kinds = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
-    if cfg.train.optimizer not in kinds:
-        raise UserError(f"--optimizer must be adam or adamw, got {cfg.train.optimizer!r}")
+    if settings.kind not in kinds:
+        raise UserError(f"--optimizer must be adam or adamw, got {settings.kind!r}")
     on_cuda = all(p.is_cuda for p in model.parameters())
-    return kinds[cfg.train.optimizer](
-        model.parameters(), lr=default_lr(cfg), betas=tuple(cfg.train.betas),
-        weight_decay=cfg.train.weight_decay,
+    return kinds[settings.kind](
+        model.parameters(), lr=settings.lr, betas=settings.betas, eps=settings.eps,
+        weight_decay=settings.weight_decay,
         fused=on_cuda or None,  # CUDA: one kernel per group, and fp16's overflow check stays on the device
     )
 

@@ -66,7 +66,7 @@ from .corpus import PreparedCorpus
 from .guided import GuidedTraining, SelfGuidance
 from .objective import Objective
 from .rng import rng_state, set_rng_state
-from .optim import build_optimizer, build_scheduler, sequence_loss
+from .optim import OptimizerSettings, build_optimizer, build_scheduler, sequence_loss
 from .tensorboard import TensorBoardLog
 
 
@@ -113,7 +113,7 @@ class Trainer:
         self.entropy_penalty = EntropyPenalty(cfg.train.attention_entropy_weight, cfg.train.attention_entropy_layer,
                                               self.model.attention_layers)
         self.attention_entropy: torch.Tensor | None = None  # of the last step, per target token (this rank)
-        self.optimizer = build_optimizer(self.model, cfg)  # fused on CUDA: no host sync, even with fp16
+        self.optimizer = build_optimizer(self.model, OptimizerSettings.of_run(cfg))  # fused on CUDA: no host sync
         self._schedule_clock = 0.0  # rank 0's clock after the last step: what a time budget's schedule reads
         self.scheduler = build_scheduler(self.optimizer, cfg, clock=lambda: self._schedule_clock)
         self.precision = resolve_precision(self.device, cfg.train.precision)  # auto: this hardware's choice
