@@ -7,16 +7,17 @@ from __future__ import annotations
 import random
 import sys
 from html.parser import HTMLParser
+from types import SimpleNamespace
 
 import pytest
 
 from seq2seq.cli.translate import main as translate_main
 from seq2seq.decoding.document import (
-    Segment, attribute_values, is_document, restore, sentences_of, spacing_of, split_document, translate_document,
-    with_attribute_values,
+    Segment, attribute_values, is_document, restore, segment_translation, sentences_of, spacing_of, split_document,
+    translate_document, with_attribute_values,
 )
 from seq2seq.config import DecodeConfig
-from seq2seq.decoding.markup import VOID
+from seq2seq.decoding.markup import VOID, parse
 from seq2seq.decoding.translator import Translator
 from seq2seq.errors import UserError
 from test_align_cli import checkpoint  # noqa: F401  (the tiny trained checkpoint, built once per run)
@@ -97,6 +98,24 @@ class _Balance(HTMLParser):
     def handle_endtag(self, tag):
         assert self.open and self.open[-1] == tag, (tag, self.open)
         self.open.pop()
+
+
+def test_a_segments_markup_follows_its_sentences_links_offset_into_the_segment():
+    """``segment_translation`` (``markup.carry`` over the segment's joined words): each sentence's links are offset
+    by the source and target words of the sentences before it, so a tag across a sentence boundary spans the
+    translations of its words (without the offset, the second sentence's links would land on the first's words);
+    the whitespace around the segment is kept."""
+    raw = "  <b>eins zwei. drei</b> vier.\n"
+
+    def segment() -> Segment:
+        text, elements = parse(raw.strip(), "html")
+        return Segment(raw, text=text, elements=elements, sentences=["eins zwei.", "drei vier."])
+
+    results = [SimpleNamespace(text="one two."), SimpleNamespace(text="three four.")]
+    straight = [{(0, 0), (1, 1)}, {(0, 0), (1, 1)}]
+    assert segment_translation(segment(), results, straight) == "  <b>one two. three</b> four.\n"
+    crossed = [{(0, 0), (1, 1)}, {(0, 1), (1, 0)}]  # drei -> four., vier. -> three
+    assert segment_translation(segment(), results, crossed) == "  <b>one two. three four.</b>\n"
 
 
 def test_a_page_is_translated_block_by_block_and_keeps_what_is_not_text(checkpoint, tmp_path, capsys):  # noqa: F811

@@ -7,13 +7,16 @@ import random
 import re
 import xml.etree.ElementTree as ET
 
+import numpy as np
 import pytest
 
 from seq2seq.alignment.links import agreement_matrix, extract_links, parse_pharaoh
+from seq2seq.alignment.records import AlignmentRecord
 from seq2seq.cli.translate import main as translate_main
 from seq2seq.config import AlignConfig
 from seq2seq.decoding.forced_alignment import BackwardAligner
-from seq2seq.decoding.markup import (TargetRequirements, parse, render, sentence_links, transfer,
+from seq2seq.decoding import markup
+from seq2seq.decoding.markup import (TargetRequirements, parse, record_links, render, sentence_links, transfer,
                                      translate_markup)
 from seq2seq.decoding.translator import Translator
 from seq2seq.errors import UserError
@@ -23,10 +26,9 @@ TAG = re.compile(r"<[^>]*>")
 
 
 def carry(line: str, target: str, links: set, mode: str = "xml") -> str:
+    """``line``'s tags carried onto ``target`` by ``links`` (``markup.carry``: transfer, then render)."""
     text, elements = parse(line, mode)
-    words = target.split()
-    transfer(elements, links, len(text.split()), len(words))
-    return render(words, elements)
+    return markup.carry(elements, links, len(text.split()), target.split())
 
 
 def well_formed(text: str) -> ET.Element:
@@ -237,6 +239,20 @@ def test_a_backward_model_places_the_tags_by_the_symmetrized_links(checkpoint, t
         transfer(elements, extract_links(both_words, "grow", 0.0), len(text.split()), len(plain[k].text.split()))
         assert out[k] == render(plain[k].text.split(), elements)
         well_formed(out[k])
+
+
+def test_tags_take_a_records_word_links_as_pairs_read_as_its_pharaoh_line_was():
+    """``record_links``: a sentence record's word links as (source word, target word) pairs, read from its word
+    matrix with its own method and share, the links its ``pharaoh_word`` spells for every method (catches another
+    method or share, the default share in place of the record's, or transposed pairs), with no text in between."""
+    attention = np.random.default_rng(3).dirichlet(np.ones(6), size=(1, 2, 5))  # (L, H, T, S), EOS included
+    src, tgt = ["▁ein", "▁groß", "er", "▁Hund", "▁läuft"], ["▁a", "▁big", "▁dog", "▁runs"]
+    for method, threshold in (("argmax", None), ("grow", 0.0), ("grow", 0.3), ("soft", 0.1), ("threshold", 0.2)):
+        record = AlignmentRecord.build(0, "ein großer Hund läuft", "a big dog runs", src, tgt, attention,
+                                       AlignConfig(method=method, threshold=threshold))
+        links = record_links(record)
+        assert links == parse_pharaoh(record.pharaoh_word)[0] and links
+        assert all(i < 4 and j < 4 for i, j in links)
 
 
 def test_the_markup_benchmark_scores_placement_against_gold_links(checkpoint, tmp_path):  # noqa: F811

@@ -19,7 +19,7 @@ text of every block translated sentence by sentence with its inline markup carri
 5. **Sentences**: each segment's text is split into sentences (``sentencex``, a maintained rule-based
    splitter for the source language), all sentences of the document are translated in batches, and
    the segment's markup is carried across by the word links of its sentences, offset into the
-   segment (``markup.transfer``): a tag may span a sentence boundary.
+   segment (``markup.carry``): a tag may span a sentence boundary.
 
 Why not a library for this: translation systems that keep HTML (Bergamot, CTranslate2's users) do this
 step themselves; an HTML parser and a sentence splitter are the libraries, this module is the glue
@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Iterator, Sequence
 
+from ..alignment.matrices import Link
 from ..errors import UserError
 from ..io_utils import iter_lines
-from .markup import VOID, WORD, Element, element_links, parse, render, transfer
+from .markup import VOID, WORD, Element, carry, element_links, parse
 
 #: elements that are part of a line of text; every other element starts or ends a block
 INLINE = frozenset({"a", "abbr", "b", "bdi", "bdo", "big", "br", "cite", "data", "del", "dfn", "em", "font", "i",
@@ -339,22 +340,23 @@ def translate_document(translator, document: str, decode=None, align=None, langu
     translated, start = {}, 0
     for segment in segments:
         end = start + len(segment.sentences)
-        translated[id(segment)] = _carry(segment, results[start:end], links[start:end])
+        translated[id(segment)] = segment_translation(segment, results[start:end], links[start:end])
         start = end
     return "".join(translated[id(part)] if isinstance(part, Segment) else part for part in parts)
 
 
-def _carry(segment: Segment, results: list, own_links: list[set]) -> str:
-    """The segment's translation (its sentences' outputs joined) with its markup carried across by the
-    sentences' word links, offset into the segment; whitespace around the segment as it was."""
-    links: set[tuple[int, int]] = set()
+def segment_translation(segment: Segment, results: Sequence, own_links: Sequence[set[Link]]) -> str:
+    """The segment's translation (its sentences' outputs ``results`` joined) with its markup carried across
+    (``markup.carry``) by the sentences' word links ``own_links``, offset into the segment; whitespace around the
+    segment as it was."""
+    links: set[Link] = set()
     words: list[str] = []
     source_offset = 0
     for sentence, result, own in zip(segment.sentences, results, own_links):
         links |= {(i + source_offset, j + len(words)) for i, j in own}
         source_offset += len(sentence.split())
         words += result.text.split()
-    transfer(segment.elements, links, source_offset, len(words))
     lead = segment.raw[: len(segment.raw) - len(segment.raw.lstrip())]
     trail = segment.raw[len(segment.raw.rstrip()):]
-    return lead + restore(render(words, segment.elements), segment.kept, spacing_of(segment.raw)) + trail
+    return lead + restore(carry(segment.elements, links, source_offset, words), segment.kept,
+                          spacing_of(segment.raw)) + trail

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Sequence
 
-from ..alignment.links import parse_pharaoh
+from ..alignment.links import extract_links
+from ..alignment.matrices import Link
 from ..errors import UserError
 
 MODES = ("xml", "html")
@@ -140,7 +141,7 @@ def parse(line: str, mode: str, where: str = "input") -> tuple[str, list[Element
     return text, reader.root.children
 
 
-def transfer(elements: list[Element], links: set[tuple[int, int]], n_source: int, n_target: int) -> None:
+def transfer(elements: list[Element], links: set[Link], n_source: int, n_target: int) -> None:
     """Set each element's target span from word ``links`` (source i, target j), then repair the
     nesting (module docstring, steps 2-3)."""
     def relative(p: int) -> int:
@@ -216,8 +217,8 @@ def render(words: Sequence[str], elements: list[Element]) -> str:
     return " ".join(items(elements, 0, len(words)))
 
 
-def word_links(links: set[tuple[int, int]], n_source: int, n_target: int, record_source: int, record_target: int
-               ) -> set[tuple[int, int]]:
+def word_links(links: set[Link], n_source: int, n_target: int, record_source: int, record_target: int
+               ) -> set[Link]:
     """Word links over the alignment record's words, mapped onto the line's whitespace words (the same words
     in practice; proportionally where SentencePiece's normalization made the counts differ), without EOS."""
     mapped = set()
@@ -277,7 +278,8 @@ def mark_translations(results: Sequence, parsed: Sequence[tuple[str, list[Elemen
                           [bool(parsed[k][1]) for k, _ in hypotheses], align, backward)
     marked: list[list[str]] = [[] for _ in results]
     for (k, hypothesis), own in zip(hypotheses, links):  # transfer sets every element's span anew each time
-        marked[k].append(carry(hypothesis, parsed[k][0], parsed[k][1], align, k, own))
+        text, elements = parsed[k]
+        marked[k].append(carry(elements, own, len(text.split()), hypothesis.text.split()))
     return marked
 
 
@@ -307,22 +309,28 @@ def sentence_record(result, text: str, align, index: int = 0):
                                    method=align.method, threshold=align.threshold)
 
 
-def line_links(record, links: set[tuple[int, int]], text: str, translation: str) -> set[tuple[int, int]]:
+def record_links(record) -> set[Link]:
+    """The word links (source word, target word) of ``record`` (``sentence_record``) as pairs: its word matrix
+    read as it was read for its ``pharaoh_word`` (its method and share), never parsed back from that text."""
+    return extract_links(record.words, record.method, record.threshold)
+
+
+def line_links(record, links: set[Link], text: str, translation: str) -> set[Link]:
     """``links`` over ``record``'s words mapped onto the whitespace words of ``text`` and ``translation``."""
     return word_links(links, len(text.split()), len(translation.split()), len(record.src_words),
                       len(record.tgt_words))
 
 
-def sentence_links(result, text: str, align, index: int = 0) -> set[tuple[int, int]]:
+def sentence_links(result, text: str, align, index: int = 0) -> set[Link]:
     """The word links of ``result`` (a ``Translation`` of ``text`` with its attention) read as ``align``
     says for placing tags (``sentence_record``), over the whitespace words of ``text`` and of the
     translation."""
     record = sentence_record(result, text, align, index)
-    return set() if record is None else line_links(record, parse_pharaoh(record.pharaoh_word)[0], text, result.text)
+    return set() if record is None else line_links(record, record_links(record), text, result.text)
 
 
 def element_links(results: Sequence, texts: Sequence[str], marked: Sequence[bool], align, backward=None
-                  ) -> list[set]:
+                  ) -> list[set[Link]]:
     """The word links (``sentence_links``) of each translation ``results[k]`` of ``texts[k]`` that carries
     elements (``marked[k]``; the others need none and get an empty set), symmetrized with ``backward``'s (a
     ``BackwardAligner``) word attention of the pair as its ``markup_symmetrize`` says, where given (in one
@@ -330,7 +338,7 @@ def element_links(results: Sequence, texts: Sequence[str], marked: Sequence[bool
     records = [sentence_record(result, text, align, k) if mark else None
                for k, (result, text, mark) in enumerate(zip(results, texts, marked))]
     chosen = [k for k, record in enumerate(records) if record is not None]
-    links = {k: parse_pharaoh(records[k].pharaoh_word)[0] for k in chosen}
+    links = {k: record_links(records[k]) for k in chosen}
     if backward is not None and chosen:
         back = backward.backward_words([texts[k] for k in chosen], [results[k].text for k in chosen])
         for k, words in zip(chosen, back):
@@ -339,12 +347,9 @@ def element_links(results: Sequence, texts: Sequence[str], marked: Sequence[bool
             for k in range(len(results))]
 
 
-def carry(result, text: str, elements: list[Element], align, index: int = 0,
-          links: set[tuple[int, int]] | None = None) -> str:
-    """``result`` (a ``Translation`` of ``text`` with its attention) with ``elements`` (``parse``)
-    carried across by the word links of ``align`` (an ``AlignConfig``), or by ``links`` when given."""
-    words = result.text.split()
-    if links is None:
-        links = sentence_links(result, text, align, index) if elements else set()
-    transfer(elements, links, len(text.split()), len(words))
+def carry(elements: list[Element], links: set[Link], n_source: int, words: Sequence[str]) -> str:
+    """The target ``words`` with ``elements`` (``parse``'s, over ``n_source`` source words) carried across by the
+    word ``links`` (source word i, target word j): ``transfer``, then ``render`` (a line's translation, or a
+    document segment's sentences with their links offset into it)."""
+    transfer(elements, links, n_source, len(words))
     return render(words, elements)
