@@ -584,6 +584,35 @@ def test_serve_flags_are_checked_before_loading_anything(capsys, tmp_path):
         assert words in capsys.readouterr().err
 
 
+def test_serves_decoding_flags_are_decode_configs_fields_and_the_beam_limit_one_check(capsys):
+    """serve's decoding flags are generated from ``DecodeConfig`` (``serve_cli.DECODE_FLAGS``, as translate's are):
+    unset, the config is ``DecodeConfig()``; set, each lands on its field and the rest stay at their defaults; their
+    help shows each field's ``lone_help`` (no --sample or --max-output-offset, which serve lacks; the offset's
+    default written out) and translate's old --max-len-ratio is no serve flag. The beam limit is one check,
+    ``Limits.allowed``, for the server's default (a UserError naming the flags) and for a request (422 from it)."""
+    from seq2seq.cli.common import decode_config
+    from seq2seq.config import DecodeConfig
+
+    assert decode_config(serve_cli.parse_args(["--checkpoint", "x"])) == DecodeConfig()
+    given = serve_cli.parse_args(["--checkpoint", "x", "--beam-size", "3", "--n-best", "2", "--length-penalty", "0.5",
+                                  "--max-output-ratio", "2", "--max-input-tokens", "9"])
+    assert decode_config(given) == DecodeConfig(beam_size=3, n_best=2, length_penalty=0.5, max_output_ratio=2.0,
+                                                max_input_tokens=9)
+    with pytest.raises(SystemExit):
+        serve_cli.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "beam size; 1 = greedy (default: 5)" in text and "hypotheses per sentence, at most the beam size" in text
+    assert "outputs stop at this ratio x source subwords + 10 (default: 1.5)" in text
+    assert "--sample" not in text and "--max-output-offset" not in text and "--top-k" not in text
+    with pytest.raises(SystemExit):
+        serve_cli.parse_args(["--checkpoint", "x", "--max-len-ratio", "2"])
+    capsys.readouterr()
+    limits = Limits(max_beam_size=4)
+    assert limits.allowed(DecodeConfig(beam_size=4)) == DecodeConfig(beam_size=4)
+    with pytest.raises(UserError, match="--beam-size 5 is above this server's limit of 4 \\(--max-beam-size\\)"):
+        limits.allowed(DecodeConfig())  # the default beam counts too
+
+
 def test_serve_without_the_extra_names_the_install_command(monkeypatch, capsys, tmp_path):
     monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn -> ImportError
     assert serve_cli.main(["--checkpoint", str(tmp_path / "best.pt")]) == 2

@@ -14,7 +14,7 @@ import difflib
 import re
 import sys
 import typing
-from typing import Any, Callable, Iterable, Literal, TypeVar, get_type_hints
+from typing import Any, Callable, Collection, Iterable, Literal, TypeVar, get_type_hints
 
 from ..config import (
     ARCH_DEFAULTS, DEFAULT_BEAM_SIZE, DEFAULT_SHARES, FINE_TUNABLE, LINK_METHODS, MARKUP_SYMMETRIZATION,
@@ -177,17 +177,25 @@ def _is_bool(hint: Any) -> bool:
 
 
 def add_dataclass_flags(parser: argparse._ActionsContainer, cls: type, dest_prefix: str = "",
-                        defaults: Callable[[str, Any], str] | None = None) -> None:
-    """One flag per field of dataclass ``cls``; unset flags stay absent from the namespace (SUPPRESS).
+                        defaults: Callable[[str, Any], str] | None = None, names: Collection[str] | None = None
+                        ) -> None:
+    """One flag per field of dataclass ``cls`` (``names``: of those fields only, each with its ``lone_help``
+    where it has one: ``option``); unset flags stay absent from the namespace (SUPPRESS).
     ``defaults(name, value)`` renders the default shown in --help."""
-    hints = get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        if f.metadata.get("derived"):
+    hints, fields = get_type_hints(cls), dataclasses.fields(cls)
+    unknown = set(names or ()) - {f.name for f in fields}
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no field {', '.join(sorted(unknown))}")
+    for f in fields:
+        if f.metadata.get("derived") or (names is not None and f.name not in names):
             continue
         hint = hints[f.name]
         shown = defaults(f.name, f.default) if defaults else f"{f.default!r}"
+        text = f.metadata.get("help", "")
+        if names is not None and "lone_help" in f.metadata:
+            text = f.metadata["lone_help"].format(**{g.name: g.default for g in fields})
         kwargs: dict[str, Any] = {"dest": dest_prefix + f.name, "default": argparse.SUPPRESS,
-                                  "help": f"{f.metadata.get('help', '')} (default: {shown})"}
+                                  "help": f"{text} (default: {shown})"}
         if _is_bool(hint):
             parser.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, **kwargs)
         elif "tuple" in str(hint):
@@ -289,13 +297,19 @@ def config_from_flags(flags: list[str]) -> RunConfig:
 # ----------------------------------------------------------------------------- shared flag groups
 
 
-def add_decode_flags(parser: argparse._ActionsContainer) -> None:
-    """The search options (``DecodeConfig``): the same flags and defaults as ``Translator.translate``."""
-    shown = {"beam_size": f"{DEFAULT_BEAM_SIZE}; 1 with --sample", "seed": "none"}
-    add_dataclass_flags(parser, DecodeConfig, defaults=lambda name, value: shown.get(name, repr(value)))
-    parser.set_defaults(**{f.name: f.default for f in dataclasses.fields(DecodeConfig)})
-    parser.add_argument("--max-len-ratio", dest="max_output_ratio", type=float, action=DeprecatedAlias,
-                        new="--max-output-ratio")
+def add_decode_flags(parser: argparse._ActionsContainer, names: Collection[str] | None = None) -> None:
+    """The search options (``DecodeConfig``): the same flags and defaults as ``Translator.translate``;
+    ``names``: only those fields' flags (``serve``'s defaults for requests), the others left at
+    ``DecodeConfig``'s defaults by ``decode_config``."""
+    given = [f for f in dataclasses.fields(DecodeConfig) if names is None or f.name in names]
+    sampling = any(f.name == "sample" for f in given)
+    shown = {"beam_size": f"{DEFAULT_BEAM_SIZE}; 1 with --sample" if sampling else f"{DEFAULT_BEAM_SIZE}",
+             "seed": "none"}
+    add_dataclass_flags(parser, DecodeConfig, defaults=lambda name, value: shown.get(name, repr(value)), names=names)
+    parser.set_defaults(**{f.name: f.default for f in given})
+    if names is None:  # the old name of translate's flag
+        parser.add_argument("--max-len-ratio", dest="max_output_ratio", type=float, action=DeprecatedAlias,
+                            new="--max-output-ratio")
 
 
 def add_alignment_flags(parser: argparse._ActionsContainer, include_eos: bool = False) -> None:
@@ -368,8 +382,9 @@ def job_config(cls: type[T], args: argparse.Namespace, **given: Any) -> T:
 
 
 def decode_config(args: argparse.Namespace) -> DecodeConfig:
-    """The search flags (``add_decode_flags``) as a ``DecodeConfig``."""
-    return DecodeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(DecodeConfig)})
+    """The search flags (``add_decode_flags``: all, or some and the others at their defaults) as a checked
+    ``DecodeConfig``: the one place a command builds it (``job_config``)."""
+    return job_config(DecodeConfig, args)
 
 
 def add_device_flag(parser: argparse._ActionsContainer) -> None:

@@ -14,14 +14,16 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from ..config import DEFAULT_BEAM_SIZE, DecodeConfig
 from ..errors import UserError
 from ..runtime import LOGGER
 from .common import (
-    add_alignment_flags, add_backward_flags, add_dataclass_flags, add_device_flag, align_config, parser_for, run_cli,
+    add_alignment_flags, add_backward_flags, add_dataclass_flags, add_decode_flags, add_device_flag, align_config,
+    decode_config, parser_for, run_cli,
 )
 
 API_KEY_ENV = "SEQ2SEQ_API_KEY"
+#: the ``DecodeConfig`` fields that are ``serve`` flags: the defaults of requests that set none of their own
+DECODE_FLAGS = ("beam_size", "length_penalty", "n_best", "max_output_ratio", "max_input_tokens")
 MISSING_EXTRA = "seq2seq serve needs the serve extra: pip install 'seq2seq[serve]'"
 
 
@@ -62,18 +64,7 @@ def parse_args(argv: list[str] | None):
                    help="with --shortlist: K translations per source token and the N most frequent target tokens")
     d = p.add_argument_group("decoding", "Defaults for requests that do not set beam_size / n_best / length_penalty "
                                          "(the same as seq2seq translate's).")
-    d.add_argument("--beam-size", type=int, default=DecodeConfig.beam_size,
-                   help=f"beam size; 1 = greedy (default: {DEFAULT_BEAM_SIZE})")
-    d.add_argument("--n-best", type=int, default=DecodeConfig.n_best,
-                   help=f"hypotheses per sentence, at most the beam size (default: {DecodeConfig.n_best})")
-    d.add_argument("--length-penalty", type=float, default=DecodeConfig.length_penalty,
-                   help=f"GNMT length penalty alpha; 0 = none (default: {DecodeConfig.length_penalty})")
-    d.add_argument("--max-output-ratio", type=float, default=DecodeConfig.max_output_ratio,
-                   help=f"outputs stop at this ratio x source subwords + {DecodeConfig.max_output_offset} (default: "
-                        f"{DecodeConfig.max_output_ratio})")
-    d.add_argument("--max-input-tokens", type=int, default=DecodeConfig.max_input_tokens,
-                   help=f"longer inputs are cut to this many subwords, with a warning (default: "
-                        f"{DecodeConfig.max_input_tokens})")
+    add_decode_flags(d, DECODE_FLAGS)
     add_dataclass_flags(p.add_argument_group("batching and limits"), Limits)
     a = p.add_argument_group("alignments", 'How attention becomes the alignments of requests with "alignments": true.')
     add_alignment_flags(a, include_eos=True)
@@ -129,10 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     limits = limits_from_args(args)
     key = api_key(args)
     align = align_config(args)
-    decode = DecodeConfig(beam_size=args.beam_size, n_best=args.n_best, length_penalty=args.length_penalty,
-                          max_output_ratio=args.max_output_ratio, max_input_tokens=args.max_input_tokens)
-    if decode.beam > limits.max_beam_size:
-        raise UserError(f"--beam-size {decode.beam} is above --max-beam-size {limits.max_beam_size}")
+    decode = limits.allowed(decode_config(args))
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be in 0..65535, got {args.port}")
     try:

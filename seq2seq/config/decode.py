@@ -25,9 +25,10 @@ class DecodeConfig:
 
     __pydantic_config__ = STRICT
 
-    beam_size: int | None = option(None, "beam size (1 = greedy; --sample needs 1)")
+    beam_size: int | None = option(None, "beam size (1 = greedy; --sample needs 1)", lone_help="beam size; 1 = greedy")
     length_penalty: float = option(1.0, "GNMT length penalty alpha (0 = none)")
-    n_best: int = option(1, "hypotheses per input (with --sample: independent samples per input)")
+    n_best: int = option(1, "hypotheses per input (with --sample: independent samples per input)",
+                         lone_help="hypotheses per sentence, at most the beam size")
     beam_stop: Literal["exact", "likely"] = option(
         "exact", "when a sentence's beam search stops: exact = once no live hypothesis can end above its n-best "
                  "finished ones, up to the length bound (the outputs of searching on); likely = once none would at "
@@ -35,7 +36,8 @@ class DecodeConfig:
                  "rarely another output)")
     batch_size: int | None = option(None, "sentences decoded together (None: 320 / beam size; sampling: 320 / "
                                           "n-best)")
-    max_output_ratio: float = option(1.5, "outputs stop at this ratio x source subwords + --max-output-offset")
+    max_output_ratio: float = option(1.5, "outputs stop at this ratio x source subwords + --max-output-offset",
+                                     lone_help="outputs stop at this ratio x source subwords + {max_output_offset}")
     max_output_offset: int = option(10, "outputs stop at --max-output-ratio x source subwords + this many")
     max_input_tokens: int = option(250, "longer inputs are cut to this many subwords, with a warning")
     sample: bool = option(False, "sample every output token from the model's distribution (shaped by "

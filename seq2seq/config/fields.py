@@ -14,7 +14,9 @@ Device = Annotated[str, StringConstraints(pattern=r"^(auto|cpu|cuda(:\d+)?)$")] 
 
 
 def option(default: Any, help: str, **kwargs: Any) -> Any:
-    """A config field with its help text (shown by ``--help``; the flag is generated from the name)."""
+    """A config field with its help text (shown by ``--help``; the flag is generated from the name); ``lone_help``:
+    the text for a command that offers only some of the section's flags (``{field}``: that field's default),
+    where ``help`` names a flag such a command may not have."""
     factory = kwargs.pop("default_factory", None)
     metadata = {"help": help, **kwargs}
     if factory is not None:

@@ -126,13 +126,11 @@ def decode_options(body: TranslateRequest, settings: ServeSettings) -> DecodeOpt
     ``DecodeConfig`` is built, as for ``seq2seq translate`` (422)."""
     asked = {"beam_size": body.beam_size, "n_best": body.n_best, "length_penalty": body.length_penalty}
     try:
-        decode = dataclasses.replace(settings.decode, ordered_constraints=body.ordered_constraints,
-                                     **{name: value for name, value in asked.items() if value is not None})
+        decode = settings.limits.allowed(dataclasses.replace(
+            settings.decode, ordered_constraints=body.ordered_constraints,
+            **{name: value for name, value in asked.items() if value is not None}))
     except UserError as exc:
         raise HTTPException(422, str(exc).replace("--n-best", "n_best").replace("--beam-size", "beam_size")) from None
-    if decode.beam > settings.limits.max_beam_size:
-        raise HTTPException(422, f"beam_size {decode.beam} is above this server's limit of "
-                                 f"{settings.limits.max_beam_size} (--max-beam-size); ask for a smaller beam")
     return DecodeOptions(decode, need_attention=body.alignments or body.attention or body.markup is not None,
                          need_confidence=body.confidence)
 

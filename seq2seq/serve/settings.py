@@ -44,6 +44,14 @@ class Limits:
             raise UserError(f"--max-request-sentences ({self.max_request_sentences}) must not exceed "
                             f"--max-queue-sentences ({self.max_queue_sentences}): such a request could never be queued")
 
+    def allowed(self, decode: DecodeConfig) -> DecodeConfig:
+        """``decode`` (the server's default, or a request's over it) where its beam is within ``max_beam_size``;
+        a UserError naming ``--beam-size`` otherwise (the one check of the beam limit)."""
+        if decode.beam > self.max_beam_size:
+            raise UserError(f"--beam-size {decode.beam} is above this server's limit of {self.max_beam_size} "
+                            "(--max-beam-size); ask for a smaller beam")
+        return decode
+
 
 @dataclass
 class ServeSettings:
