@@ -224,6 +224,21 @@ def test_report_on_own_translations(runs, corpus, tmp_path):
     assert all(p["bleu"] is not None for p in model["importance"]["pruning"])  # against its own output
 
 
+def test_the_job_takes_one_decode_config_from_the_flags(monkeypatch, tmp_path):
+    """analyze's ``AnalyzeJob.decode`` is the ``DecodeConfig`` of --beam-size and --batch-size (built and checked by
+    ``cli.common.decode_config``: a bad value is a named error before anything runs), not loose fields."""
+    import seq2seq.jobs.analyze as analyze_module
+    from seq2seq.config import DecodeConfig
+
+    jobs = []
+    monkeypatch.setattr(analyze_module, "analyze", jobs.append)
+    base = ["--checkpoint", "run", "--input", "in.txt", "--output-dir", str(tmp_path / "report")]
+    assert main([*base, "--beam-size", "3", "--batch-size", "7"]) == 0
+    assert main(base) == 0
+    assert [job.decode for job in jobs] == [DecodeConfig(beam_size=3, batch_size=7), DecodeConfig(beam_size=5)]
+    assert main([*base, "--beam-size", "0"]) == 2 and main([*base, "--batch-size", "0"]) == 2 and len(jobs) == 2
+
+
 def write(path: Path, lines: list[str]) -> Path:
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return path

@@ -332,6 +332,37 @@ def test_bad_inputs_are_user_errors(runs, test_set, tmp_path, capsys):
     assert "not a comparison report" in capsys.readouterr().err
 
 
+def test_the_job_decodes_as_its_decode_config_says():
+    """compare takes one ``DecodeConfig`` (``CompareJob.decode``, built from --beam-size and --batch-size by
+    ``cli.common.decode_config``, checked there): the scored translations run it whole, the greedy ones it at beam 1
+    (catches a beam, batch size or other field dropped on the way); beam 1 decodes once."""
+    from types import SimpleNamespace
+
+    from seq2seq.config import DecodeConfig
+    from seq2seq.jobs.compare.decode import decode_system
+
+    job = job_from_args(parse_args(["run", "--output", "r", "--beam-size", "3", "--batch-size", "7"]))
+    assert job.decode == DecodeConfig(beam_size=3, batch_size=7)
+    assert job_from_args(parse_args(["run", "--output", "r"])).decode == DecodeConfig(beam_size=5)
+    with pytest.raises(UserError, match="--beam-size"):
+        job_from_args(parse_args(["run", "--output", "r", "--beam-size", "0"]))
+    with pytest.raises(UserError, match="--batch-size"):
+        job_from_args(parse_args(["run", "--output", "r", "--batch-size", "0"]))
+    calls = []
+
+    def translate(sources, decode, **options):
+        calls.append(decode)
+        return [SimpleNamespace(text=f"{s} {decode.beam}") for s in sources]
+
+    system = SimpleNamespace(translator=SimpleNamespace(translate=translate))
+    decode = DecodeConfig(beam_size=3, batch_size=7, length_penalty=0.6, max_input_tokens=40)
+    decoded = decode_system(system, ["a", "b"], decode, quiet=True)
+    assert calls == [decode, DecodeConfig(beam_size=1, batch_size=7, length_penalty=0.6, max_input_tokens=40), decode]
+    assert decoded.greedy == ["a 1", "b 1"] and decoded.beam == ["a 3", "b 3"]
+    calls.clear()
+    assert decode_system(system, ["a"], DecodeConfig(beam_size=1), quiet=True).beam == ["a 1"] and len(calls) == 2
+
+
 def test_data_dir_shortcut_names_the_split_files(tmp_path):
     args = parse_args(["run", "--data-dir", str(tmp_path), "--src", "de", "--tgt", "en", "--output", "r"])
     assert input_files(job_from_args(args)) == (tmp_path / "test_2016_flickr.de", tmp_path / "test_2016_flickr.en")

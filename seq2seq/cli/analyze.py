@@ -8,7 +8,7 @@ import argparse
 import sys
 
 from ..config import DEFAULT_BEAM_SIZE
-from .common import add_alignment_flags, add_device_flag, align_config, job_config, parser_for, run_cli
+from .common import add_alignment_flags, add_device_flag, align_config, decode_config, job_config, parser_for, run_cli
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -54,5 +54,5 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from ..jobs.analyze import AnalyzeJob, analyze
 
-    analyze(job_config(AnalyzeJob, args))
+    analyze(job_config(AnalyzeJob, args, decode=decode_config(args)))  # --beam-size, --batch-size
     return 0

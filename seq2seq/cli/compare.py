@@ -9,7 +9,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..config import DEFAULT_BEAM_SIZE
-from .common import DeprecatedAlias, add_device_flag, job_config, parser_for, run_cli
+from .common import DeprecatedAlias, add_device_flag, decode_config, job_config, parser_for, run_cli
 
 if TYPE_CHECKING:
     from ..jobs.compare.job import CompareJob
@@ -71,4 +71,4 @@ def job_from_args(args: argparse.Namespace) -> CompareJob:
     """The flags as the ``CompareJob`` that ``seq2seq.jobs.compare.compare`` takes."""
     from ..jobs.compare.job import CompareJob
 
-    return job_config(CompareJob, args)
+    return job_config(CompareJob, args, decode=decode_config(args))  # --beam-size, --batch-size

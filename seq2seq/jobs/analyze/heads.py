@@ -26,7 +26,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 import torch
 
-from ...config import FORCED_BATCH_SIZE
+from ...config import FORCED_BATCH_SIZE, DecodeConfig
 from ...decoding.scoring import teacher_force
 from ...decoding.translator import Translator
 from ...metrics import corpus_bleu
@@ -83,10 +83,10 @@ def mean_loss(model: EncoderDecoder, sources: Sequence[list[int]], targets: Sequ
     return -float(sum(lp.sum() for lp in log_probs)) / max(sum(len(lp) for lp in log_probs), 1)
 
 
-def subset_bleu(translator: Translator, sources: Sequence[str], references: Sequence[str], beam_size: int,
-                batch_size: int | None) -> float:
-    """Corpus BLEU of the translator's output for ``sources`` against ``references``."""
-    hyps = translator.translate(list(sources), beam_size=beam_size, batch_size=batch_size, need_attention=False)
+def subset_bleu(translator: Translator, sources: Sequence[str], references: Sequence[str], decode: DecodeConfig
+                ) -> float:
+    """Corpus BLEU of the translator's output for ``sources`` (decoded as ``decode`` says) against ``references``."""
+    hyps = translator.translate(list(sources), decode, need_attention=False)
     return corpus_bleu([h.text for h in hyps], list(references)).score
 
 
@@ -102,19 +102,19 @@ def head_importance(translator: Translator, src_ids: Sequence[list[int]], tgt_id
     """Importance of every cross-attention head (the loss change I_h, the BLEU change on the subset
     when it alone is masked) and BLEU and loss with the k least important heads masked, k = 0..K
     (K = ``job.max_pruned``, default all heads). No subset (empty ``bleu_sources``): no BLEU. ``job``'s
-    ``beam_size`` and ``batch_size`` translate the subset, ``batch_size`` (default ``FORCED_BATCH_SIZE``)
-    force-decodes; ``job.quiet``: no progress bars."""
+    ``decode`` translates the subset, its ``batch_size`` (default ``FORCED_BATCH_SIZE``) force-decodes;
+    ``job.quiet``: no progress bars."""
     model = translator.model
     layers = cross_attention_layers(model)
     shape = (len(layers), layers[0].heads)
-    force_batch = job.batch_size or FORCED_BATCH_SIZE
+    force_batch = job.decode.batch_size or FORCED_BATCH_SIZE
     with_bleu = len(bleu_sources) > 0
 
     def bleu(masked: Iterable[Head]) -> float | None:
         if not with_bleu:
             return None
         with masked_heads(model, masked):
-            return subset_bleu(translator, bleu_sources, bleu_references, job.beam_size, job.batch_size)
+            return subset_bleu(translator, bleu_sources, bleu_references, job.decode)
 
     def loss(masked: Iterable[Head]) -> float:
         with masked_heads(model, masked):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...config import DEFAULT_BEAM_SIZE, AlignConfig
+from ...config import AlignConfig, DecodeConfig
 
 
 @dataclass
@@ -17,8 +17,9 @@ class AnalyzeJob:
     names: list[str] | None = None
     reference: str | None = None  # force-decode these (None: the models' own translations)
     gold_alignments: str | None = None  # Pharaoh gold links of input / reference: AER per layer and head
-    beam_size: int = DEFAULT_BEAM_SIZE
-    batch_size: int | None = None  # None: FORCED_BATCH_SIZE force-decoding, 320 / beam size translating
+    #: the models' own translations (without a reference) and the BLEU subset's; its batch size also force-decodes
+    #: (None: FORCED_BATCH_SIZE force-decoding, 320 / beam size translating)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
     bleu_sentences: int = 100  # BLEU of masked and pruned models on the first N analysed sentences
     max_pruned: int | None = None  # pruning curve up to K heads masked (None: all)
     function_words: int = 50  # the N most frequent source words count as function words

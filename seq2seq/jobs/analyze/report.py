@@ -45,8 +45,7 @@ class Corpus:
 
 
 def check_args(job: AnalyzeJob) -> None:
-    for flag, value, least in (("--beam-size", job.beam_size, 1), ("--batch-size", job.batch_size, 1),
-                               ("--bleu-sentences", job.bleu_sentences, 0), ("--max-pruned", job.max_pruned, 0),
+    for flag, value, least in (("--bleu-sentences", job.bleu_sentences, 0), ("--max-pruned", job.max_pruned, 0),
                                ("--function-words", job.function_words, 0), ("--top-words", job.top_words, 1)):
         if value is not None and value < least:
             raise UserError(f"{flag} must be an integer >= {least}, got {value}")
@@ -76,14 +75,14 @@ def read_corpus(job: AnalyzeJob) -> Corpus:
 
 def targets_of(system: System, corpus: Corpus, job: AnalyzeJob) -> tuple[list[list[int]], list[str]]:
     """Target ids and texts of the analysed lines: the references, or the model's own translations
-    (``--beam-size``; 1 = greedy)."""
+    (``job.decode``: ``--beam-size``; 1 = greedy)."""
     tok, limit = system.translator.tokenizer, system.translator.max_input_tokens
     if corpus.references is not None:
         texts = [corpus.references[i] for i in corpus.indices]
         return [tok.encode(t.strip())[:limit] for t in texts], texts
-    log("translate", model=system.name, sentences=len(corpus.indices), beam=job.beam_size, quiet=job.quiet)
-    hyps = system.translator.translate([corpus.sources[i] for i in corpus.indices], beam_size=job.beam_size,
-                                       batch_size=job.batch_size, need_attention=False, progress=not job.quiet)
+    log("translate", model=system.name, sentences=len(corpus.indices), beam=job.decode.beam, quiet=job.quiet)
+    hyps = system.translator.translate([corpus.sources[i] for i in corpus.indices], job.decode,
+                                       need_attention=False, progress=not job.quiet)
     return [h.tokens for h in hyps], [h.text for h in hyps]
 
 
@@ -99,7 +98,7 @@ def analyze_model(system: System, corpus: Corpus, job: AnalyzeJob) -> dict[str, 
     sorted_src, sorted_tgt = [src_ids[k] for k in order], [tgt_ids[k] for k in order]
     log("force", model=system.name, sentences=len(order), quiet=job.quiet)
     log_probs, forced = teacher_force(model, sorted_src, sorted_tgt, need_attention=True,
-                                      batch_size=job.batch_size or FORCED_BATCH_SIZE)
+                                      batch_size=job.decode.batch_size or FORCED_BATCH_SIZE)
     attention = dict(zip(order, forced))  # (L, H, T+1, S+1) per analysed line
     functional = set(corpus.functional)
     per_head = RowStatistics(model.attention_layers, model.attention_heads)
@@ -182,11 +181,11 @@ def model_plots(entry: dict[str, Any], root: Path) -> dict[str, str]:
 
 
 def settings(job: AnalyzeJob, corpus: Corpus, device: str) -> dict[str, Any]:
-    forced = "reference" if corpus.references is not None else f"translations (beam {job.beam_size})"
+    forced = "reference" if corpus.references is not None else f"translations (beam {job.decode.beam})"
     return {"input": display_path(job.input), "reference": display_path(job.reference) if job.reference else None,
             "gold_alignments": display_path(job.gold_alignments) if job.gold_alignments else None,
             "lines": len(corpus.sources), "sentences": len(corpus.indices), "attention_from": forced,
-            "beam_size": job.beam_size, "batch_size": job.batch_size, "bleu_sentences": job.bleu_sentences,
+            "beam_size": job.decode.beam, "batch_size": job.decode.batch_size, "bleu_sentences": job.bleu_sentences,
             "max_pruned": job.max_pruned, "align_layer": job.align.layer_flag, "align_heads": job.align.heads_flag,
             "align_method": job.align.method, "align_threshold": job.align.threshold,
             "function_words": job.function_words, "top_words": job.top_words, "device": device}

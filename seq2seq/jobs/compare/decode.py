@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from ...checkpoint.loaded import LoadedCheckpoint
+from ...config import DecodeConfig
 from ...data.files import read_lines
 from ...decoding.translator import Translator
 from ...errors import UserError
@@ -155,21 +156,19 @@ class Decoded:
     beam_seconds: float
 
 
-def timed_translate(translator: Translator, sources: list[str], beam_size: int, batch_size: int | None,
+def timed_translate(translator: Translator, sources: list[str], decode: DecodeConfig,
                     quiet: bool) -> tuple[list[str], float]:
     start = time.perf_counter()
-    hyps = translator.translate(sources, beam_size=beam_size, batch_size=batch_size,
-                                need_attention=False, progress=not quiet)
+    hyps = translator.translate(sources, decode, need_attention=False, progress=not quiet)
     return [h.text for h in hyps], time.perf_counter() - start
 
 
-def decode_system(system: System, sources: list[str], beam_size: int, batch_size: int | None,
-                  quiet: bool) -> Decoded:
-    """Greedy and beam translations, each timed after an untimed warm-up on a few sentences
-    (first calls pay for lazy initialisation); beam size 1 reuses the greedy run."""
-    system.translator.translate(sources[:4], beam_size=beam_size, need_attention=False)
-    greedy, greedy_s = timed_translate(system.translator, sources, 1, batch_size, quiet)
-    if beam_size == 1:
+def decode_system(system: System, sources: list[str], decode: DecodeConfig, quiet: bool) -> Decoded:
+    """Greedy (``decode`` at beam 1) and ``decode``'s beam translations, each timed after an untimed warm-up on a
+    few sentences (first calls pay for lazy initialisation); beam size 1 reuses the greedy run."""
+    system.translator.translate(sources[:4], decode, need_attention=False)
+    greedy, greedy_s = timed_translate(system.translator, sources, replace(decode, beam_size=1, n_best=1), quiet)
+    if decode.beam == 1:
         return Decoded(greedy, greedy, greedy_s, greedy_s)
-    beam, beam_s = timed_translate(system.translator, sources, beam_size, batch_size, quiet)
+    beam, beam_s = timed_translate(system.translator, sources, decode, quiet)
     return Decoded(greedy, beam, greedy_s, beam_s)

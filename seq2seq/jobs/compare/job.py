@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...config import DEFAULT_BEAM_SIZE
+from ...config import DecodeConfig
 from .constants import DEFAULT_BUCKETS
 from .curves import BUDGET_MINUTES
 
@@ -23,8 +23,7 @@ class CompareJob:
     tgt: str | None = None
     split: str = "test_2016_flickr"
     names: list[str] | None = None  # one display name per system (None: run directory names)
-    beam_size: int = DEFAULT_BEAM_SIZE
-    batch_size: int | None = None  # None: 320 / beam size, as seq2seq translate
+    decode: DecodeConfig = field(default_factory=DecodeConfig)  # the scored translations (greedy: its beam 1)
     sentences: int = 3  # plot the N sentences whose chrF differs most between systems
     sentence_ids: list[int] | None = None  # or plot these (0-based line numbers)
     gold: str | None = None  # gold word alignments (Pharaoh): report AER

@@ -15,6 +15,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from ...alignment.links import read_gold_alignments
+from ...config import DecodeConfig
 from ...errors import UserError
 from ...io_utils import atomic_directory, check_report_dir, display_path
 from ...metrics import corpus_scores
@@ -83,11 +84,11 @@ def system_entry(system: System, decoded: Decoded, references: list[str], hypoth
 
 
 def alignment_examples(systems: Sequence[System], ids: list[int], sources: list[str], references: list[str],
-                       chrf: dict[str, list[float]], beam_size: int, root: Path) -> list[dict[str, Any]]:
+                       chrf: dict[str, list[float]], decode: DecodeConfig, root: Path) -> list[dict[str, Any]]:
     """Per chosen sentence: each system's translation and chrF, and two side-by-side figures."""
     names = [s.name for s in systems]
     chosen = [sources[i] for i in ids]
-    own = {s.name: s.translator.translate(chosen, beam_size=beam_size, need_attention=True) for s in systems}
+    own = {s.name: s.translator.translate(chosen, decode, need_attention=True) for s in systems}
     forced = {s.name: forced_attentions(s.translator, chosen, [references[i] for i in ids]) for s in systems}
     examples = []
     for k, index in enumerate(ids):
@@ -105,15 +106,15 @@ def alignment_examples(systems: Sequence[System], ids: list[int], sources: list[
 def decode_all(systems: Sequence[System], sources: list[str], job: CompareJob) -> dict[str, Decoded]:
     decoded = {}
     for system in systems:
-        log("decode", system=system.name, sentences=len(sources), beam=job.beam_size, quiet=job.quiet)
-        decoded[system.name] = decode_system(system, sources, job.beam_size, job.batch_size, job.quiet)
+        log("decode", system=system.name, sentences=len(sources), beam=job.decode.beam, quiet=job.quiet)
+        decoded[system.name] = decode_system(system, sources, job.decode, job.quiet)
     return decoded
 
 
 def report_settings(job: CompareJob, sentences: int, device: torch.device) -> dict[str, Any]:
     return {"source": display_path(job.source_path), "reference": display_path(job.reference_path),
             "sentences": sentences,
-            "beam_size": job.beam_size, "batch_size": job.batch_size, "device": str(device),
+            "beam_size": job.decode.beam, "batch_size": job.decode.batch_size, "device": str(device),
             "length_buckets": list(job.length_buckets),
             "sentence_choice": "--sentence-ids" if job.sentence_ids is not None else "largest chrF spread",
             "gold": str(job.gold) if job.gold else None}
@@ -149,7 +150,7 @@ def build_report(systems: Sequence[System], sources: list[str], references: list
     chrf = {n: sentence_chrf(decoded[n].beam, references) for n in names}
     ids = job.sentence_ids if job.sentence_ids is not None else pick_sentences(chrf, sources, job.sentences)
     log("alignments", sentences=len(ids), gold=bool(gold), quiet=job.quiet)
-    report["examples"] = alignment_examples(systems, ids, sources, references, chrf, job.beam_size, root)
+    report["examples"] = alignment_examples(systems, ids, sources, references, chrf, job.decode, root)
     report["aer"] = {s.name: gold_aer(s.translator, sources, references, *gold) for s in systems} if gold else None
     return report
 
@@ -174,8 +175,7 @@ def staged_directory(out: Path) -> Iterator[Path]:
 
 
 def check_args(job: CompareJob) -> None:
-    for flag, value in (("--beam-size", job.beam_size), ("--batch-size", job.batch_size),
-                        ("--sentences", job.sentences), ("--bootstrap", job.bootstrap),
+    for flag, value in (("--sentences", job.sentences), ("--bootstrap", job.bootstrap),
                         ("--ar-trials", job.ar_trials)):
         if value is not None and value < 1:
             raise UserError(f"{flag} must be a positive integer, got {value}")
