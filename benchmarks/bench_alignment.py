@@ -43,6 +43,10 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "rnn": ("rnn-bahdanau", []),
     "rnn-guided": ("rnn-bahdanau", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.5"]),
     "rnn-entmax": ("rnn-bahdanau", ["--attention-normalizer", "entmax15"]),
+    # the Transformer's recipe gains for the RNN (issue 65): the linear schedule to the budget, then guidance
+    "rnn-linear": ("rnn-bahdanau", ["--schedule", "linear"]),
+    "rnn-guided-linear-null": ("rnn-bahdanau", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.5",
+                                                "--schedule", "linear", "--guided-unaligned", "eos"]),
     "transformer": ("transformer", []),
     "transformer-guided-0.05": ("transformer", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.05"]),
     "transformer-guided-0.5": ("transformer", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.5"]),
