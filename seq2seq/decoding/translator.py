@@ -225,8 +225,9 @@ class Translator:
         **options: Any,
     ) -> list[Translation]:
         """Translate ``sentences`` (a list of strings, one sentence each); the result is in input
-        order. ``decode`` says how (``DecodeConfig``; default: ``seq2seq translate``'s, beam 5);
-        ``options`` are ``DecodeConfig`` fields that override it for this call
+        order. ``decode`` says how (``DecodeConfig``; default: the translator's own, ``self.decode``: that
+        of ``seq2seq translate``, beam 5, unless it was built with another); ``options`` are ``DecodeConfig``
+        fields that override it for this call
         (``translate(texts, beam_size=1)``). ``first_line`` numbers the first sentence in warnings
         (for streamed input); ``progress`` shows a bar per batch.
 
