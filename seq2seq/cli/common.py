@@ -114,6 +114,14 @@ class CommandParser(argparse.ArgumentParser):
             self.error("unrecognized arguments: " + " ".join(extras))
         return parsed
 
+    def error(self, message: str):
+        """Exit 2 with the error after the usage, the usage cut to one line where it runs long (``seq2seq
+        train``'s lists about 100 flags: the error would scroll out of sight behind them)."""
+        usage = self.format_usage()
+        if usage.count("\n") > 6:
+            usage = f"usage: {self.prog} [options]  ({self.prog} --help lists them)\n"
+        self.exit(2, f"{usage}{self.prog}: error: {message}\n")
+
     def _known(self) -> list[str]:
         return [flag for action in self._actions for flag in action.option_strings]
 
