@@ -235,7 +235,9 @@ def load_or_train_tokenizer(
     tokenizer.save(path)
     record = dict(wanted, model_sha256=tokenizer.sha256(), actual_vocab_size=tokenizer.vocab_size)
     atomic_write_bytes(sidecar, (json.dumps(record, indent=2) + "\n").encode("utf-8"))
-    log.info("tokenizer: trained %s (vocab %d)", path, tokenizer.vocab_size)
+    smaller = (f", fewer than the {vocab_size} asked: all this corpus supports"
+               if tokenizer.vocab_size < vocab_size else "")
+    log.info("tokenizer: trained %s (vocab %d%s)", path, tokenizer.vocab_size, smaller)
     return tokenizer
 
 

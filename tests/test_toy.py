@@ -95,4 +95,16 @@ def test_the_toy_vocabulary_is_what_the_training_guide_says():
     assert (asked, pieces) == (400, 101)
     guide = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "training.md").read_text(encoding="utf-8")
     guide = " ".join(guide.split())
-    assert "at most 400 pieces" in guide and "(vocab 101)" in guide and "400-piece" not in guide
+    assert "at most 400 pieces" in guide and "400-piece" not in guide
+    assert "(vocab 101, fewer than the 400 asked" in guide
+
+
+def test_the_tokenizer_log_says_when_the_corpus_made_fewer_pieces_than_asked(tmp_path, caplog):
+    import logging
+
+    from seq2seq.tokenizer import load_or_train_tokenizer
+
+    train = toy_corpus(n_train=2000, n_valid=5, n_test=5)["train"]
+    with caplog.at_level(logging.INFO, logger="seq2seq"):
+        tokenizer = load_or_train_tokenizer(tmp_path / "spm.model", lambda: [*train["src"], *train["tgt"]], 400)
+    assert f"(vocab {tokenizer.vocab_size}, fewer than the 400 asked: all this corpus supports)" in caplog.text
