@@ -45,6 +45,7 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "rnn-entmax": ("rnn-bahdanau", ["--attention-normalizer", "entmax15"]),
     # the Transformer's recipe gains for the RNN (issue 65): the linear schedule to the budget, then guidance
     "rnn-linear": ("rnn-bahdanau", ["--schedule", "linear"]),
+    "rnn-1000-tokens": ("rnn-bahdanau", ["--max-tokens", "1000"]),  # more, smaller updates in the same time
     "rnn-guided-linear-null": ("rnn-bahdanau", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.5",
                                                 "--schedule", "linear", "--guided-unaligned", "eos"]),
     "transformer": ("transformer", []),
