@@ -15,31 +15,19 @@ differ and their first differences. Exit status 1 when any does.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import provenance, write_record  # noqa: E402
+from common import provenance, run_in_tree, write_record  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKPOINTS = {"transformer": ROOT / "tests/data/pre-tiers/transformer.pt", "rnn": ROOT / "tests/data/pre-tiers/rnn.pt"}
 
 CHILD = """
-import json, shutil, sys, tempfile
-from pathlib import Path
-import torch
-torch.set_num_threads(1)
-import seq2seq
+import shutil, tempfile
 from seq2seq.decoding.translator import Translator
 from seq2seq.toy import toy_corpus
 
-args = json.loads(sys.argv[1])
-imported = Path(seq2seq.__file__).resolve()
-if Path(args["tree"]).resolve() not in imported.parents:
-    sys.exit(f"{args['tree']}: imported seq2seq from {imported}, not from the tree")
 work = Path(tempfile.mkdtemp())  # CTranslate2 caches its conversion beside a checkpoint: copies
 checkpoints = {name: shutil.copy(path, work / f"{name}.pt") for name, path in args["checkpoints"].items()}
 sources = list(toy_corpus(n_train=10, n_valid=10, n_test=args["sentences"], seed=5)["test"]["src"])
@@ -76,13 +64,7 @@ print(json.dumps(result, ensure_ascii=False))
 
 
 def decode(tree: Path, sentences: int) -> dict[str, list]:
-    job = {"tree": str(tree), "sentences": sentences, "checkpoints": {k: str(v) for k, v in CHECKPOINTS.items()}}
-    env = {**os.environ, "PYTHONPATH": str(tree.resolve()), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(job)], capture_output=True, text=True, env=env,
-                          cwd=tree)
-    if done.returncode:
-        raise SystemExit(f"{tree}: exit {done.returncode}\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_in_tree(tree, CHILD, {"sentences": sentences})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,34 +15,22 @@ summary). The record holds every round and the median per tree; ``--out`` (JSON 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import provenance, write_record  # noqa: E402
+from common import provenance, run_in_tree, write_record  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKPOINTS = {"transformer": ROOT / "tests/data/pre-tiers/transformer.pt", "rnn": ROOT / "tests/data/pre-tiers/rnn.pt"}
 
 CHILD = """
-import json, sys, tempfile, time
-from pathlib import Path
-import torch
-torch.set_num_threads(1)
-import seq2seq
+import tempfile, time
 from seq2seq.config import RunConfig
 from seq2seq.decoding.translator import Translator
 from seq2seq.toy import toy_corpus
 from seq2seq.training.run import train
 
-args = json.loads(sys.argv[1])
-imported = Path(seq2seq.__file__).resolve()
-if Path(args["tree"]).resolve() not in imported.parents:
-    sys.exit(f"{args['tree']}: imported seq2seq from {imported}, not from the tree")
 sources = list(toy_corpus(n_train=10, n_valid=10, n_test=args["sentences"], seed=5)["test"]["src"])
 modes = {"greedy": ({"beam_size": 1}, False), "beam 5": ({"beam_size": 5}, False),
          "beam 5, batch 1": ({"beam_size": 5}, True), "sampling": ({"sample": True, "seed": 1}, False)}
@@ -78,14 +66,8 @@ print(json.dumps(result))
 
 
 def measure(tree: Path, args: argparse.Namespace) -> dict:
-    job = {"tree": str(tree), "sentences": args.sentences, "batch1": args.batch1_sentences,
-           "train_steps": args.train_steps, "checkpoints": {arch: str(path) for arch, path in CHECKPOINTS.items()}}
-    env = {**os.environ, "PYTHONPATH": str(tree.resolve()), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(job)], capture_output=True, text=True, env=env,
-                          cwd=tree)
-    if done.returncode:
-        raise SystemExit(f"{tree}: exit {done.returncode}\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_in_tree(tree, CHILD, {"sentences": args.sentences, "batch1": args.batch1_sentences,
+                                     "train_steps": args.train_steps})
 
 
 def table(record: dict) -> str:

@@ -69,6 +69,37 @@ def write_record(path: str | Path, record: dict[str, Any], table: str | None = N
     return path
 
 
+#: The two checkpoints the A/B scripts (``ab_speed.py``, ``ab_outputs.py``) decode with: pre-tiers toy models.
+AB_CHECKPOINTS = {arch: ROOT / "tests" / "data" / "pre-tiers" / f"{arch}.pt" for arch in ("transformer", "rnn")}
+#: The head of an A/B child process (``run_in_tree``): one torch thread, the job (JSON) as ``args``, and a stop
+#: unless ``seq2seq`` was imported from the job's tree.
+TREE_CHILD_HEAD = """
+import json, sys
+from pathlib import Path
+import torch
+torch.set_num_threads(1)
+import seq2seq
+
+args = json.loads(sys.argv[1])
+imported = Path(seq2seq.__file__).resolve()
+if Path(args["tree"]).resolve() not in imported.parents:
+    sys.exit(f"{args['tree']}: imported seq2seq from {imported}, not from the tree")
+"""
+
+
+def run_in_tree(tree: Path, child: str, job: dict[str, Any]) -> Any:
+    """Run ``TREE_CHILD_HEAD + child`` in a fresh process with ``tree`` first on ``PYTHONPATH`` (its ``seq2seq``
+    is the one imported) and one thread, ``job`` (plus the tree and ``AB_CHECKPOINTS``) as its JSON argument;
+    the JSON its last stdout line prints. A failed child stops the benchmark with its stderr."""
+    job = {"tree": str(tree), "checkpoints": {name: str(path) for name, path in AB_CHECKPOINTS.items()}, **job}
+    env = {**os.environ, "PYTHONPATH": str(tree.resolve()), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", TREE_CHILD_HEAD + child, json.dumps(job)], capture_output=True,
+                          text=True, env=env, cwd=tree)
+    if done.returncode:
+        raise SystemExit(f"{tree}: exit {done.returncode}\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 DEFAULT_DATA = os.environ.get("SEQ2SEQ_MULTI30K")  # Multi30k {split}.{lang} files, or --data-dir
 
 

@@ -196,6 +196,21 @@ class SteppedClock:
     def perf_counter(self) -> float:
         return self.now
 
+    @classmethod
+    def installed(cls, monkeypatch, step_s: float) -> "SteppedClock":
+        """A clock that stands in for the trainer's ``time`` and advances ``step_s`` at every training step."""
+        import seq2seq.training.trainer as trainer_module
+
+        clock, original = cls(step_s), Trainer.train_step
+        monkeypatch.setattr(trainer_module, "time", clock)
+
+        def timed_step(self, group):
+            clock.now += clock.step_s
+            return original(self, group)
+
+        monkeypatch.setattr(Trainer, "train_step", timed_step)
+        return clock
+
 
 def validated_steps(run: Path) -> list[int]:
     import json
@@ -205,17 +220,7 @@ def validated_steps(run: Path) -> list[int]:
 
 
 def test_eval_every_minutes_validates_on_a_fixed_grid_of_the_run_clock_across_a_resume(tmp_path, monkeypatch):
-    import seq2seq.training.trainer as trainer_module
-
-    clock = SteppedClock(step_s=30.0)  # 2 steps a minute
-    monkeypatch.setattr(trainer_module, "time", clock)
-    original = Trainer.train_step
-
-    def timed_step(self, group):
-        clock.now += clock.step_s
-        return original(self, group)
-
-    monkeypatch.setattr(Trainer, "train_step", timed_step)
+    clock = SteppedClock.installed(monkeypatch, step_s=30.0)  # 2 steps a minute
     run = tmp_path / "run"
     train(tiny_config(run, max_steps=5, eval_every=0, eval_every_minutes=1.0), quiet=True)
     assert validated_steps(run) == [2, 4, 5]  # minutes 1 and 2, then the run's end
@@ -233,17 +238,7 @@ def test_a_run_the_clock_stops_after_few_updates_warns_and_so_do_its_empty_test_
     """Issue 64: a --max-minutes run that made 23 updates ended with test BLEU 0.00 and empty translations
     and said nothing. Here each update takes 30 s of a fake clock, so one minute stops the run at 2 updates:
     it warns how to train longer, and counts the test sources its model translated to nothing."""
-    import seq2seq.training.trainer as trainer_module
-
-    clock = SteppedClock(step_s=30.0)
-    monkeypatch.setattr(trainer_module, "time", clock)
-    original = Trainer.train_step
-
-    def timed_step(self, group):
-        clock.now += clock.step_s
-        return original(self, group)
-
-    monkeypatch.setattr(Trainer, "train_step", timed_step)
+    SteppedClock.installed(monkeypatch, step_s=30.0)
     run = tmp_path / "run"
     with caplog.at_level("INFO", logger="seq2seq"):
         result = train(tiny_config(run, max_steps=0, max_minutes=1.0, eval_every=0), quiet=True, final_test=True)
