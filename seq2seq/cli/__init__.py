@@ -23,6 +23,8 @@ COMMANDS = {
     "analyze": "attention statistics per layer and head, head importance and pruning over a corpus",
     "view": "interactive HTML viewer of an alignments export (attention, attribution, layers, heads)",
     "export": "write a model as safetensors or for CTranslate2",
+    "fairness": "counterfactual gender probes: faithfulness, stability, occupations, attention as evidence",
+    "augment": "counterfactual data augmentation: a corpus with gender-swapped copies of its training pairs",
 }
 
 
