@@ -459,6 +459,24 @@ def test_alignment_benchmark_scores_eflomal_and_each_variants_attention_on_the_g
     assert out.with_suffix(".png").is_file() and "| eflomal" in out.with_suffix(".md").read_text()
 
 
+def test_fairness_benchmark_trains_both_corpora_probes_and_records(data, tmp_path):
+    gendered = tmp_path / "gendered"
+    gendered.mkdir()
+    for path in data.iterdir():
+        extra = {"en": "a man sings\na woman is here\n", "de": "ein Mann singt\neine Frau ist hier\n"}[path.suffix[1:]]
+        gendered.joinpath(path.name).write_text(path.read_text(encoding="utf-8") + extra * 3, encoding="utf-8")
+    out = tmp_path / "fairness.json"
+    script("bench_fairness.py", "--data-dir", str(gendered), "--test-split", "test", "--minutes", "1", "--presets",
+           "transformer", "--seeds", "1", "--probe-sentences", "3", "--evidence-sentences", "1", "--beam-size", "1",
+           "--runs", str(tmp_path / "runs"), "--out", str(out), "--", "--vocab-size", "60", *TINY_MODEL, cwd=tmp_path)
+    record = check_record(out, "fairness")
+    assert [(r["corpus"], r["updates"]) for r in record["runs"]] == [("base", 3), ("cda", 3)]
+    assert record["cda"]["added"] == 6 and record["probed_sentences"] == 3
+    assert all(r["probe"]["occupations acc"] is not None for r in record["runs"])
+    assert "| transformer | cda |" in out.with_suffix(".md").read_text()
+    assert str(tmp_path) not in out.read_text()  # paths as placeholders
+
+
 def test_ab_speed_measures_each_tree_interleaved_and_refuses_a_tree_it_does_not_import(tmp_path):
     out = tmp_path / "ab.json"
     script("ab_speed.py", "--tree", f"a={ROOT}", "--tree", f"b={ROOT}", "--rounds", "1", "--sentences", "8",
