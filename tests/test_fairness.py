@@ -116,6 +116,24 @@ def test_a_translation_that_changes_only_the_group_terms_is_fully_stable():
     assert numbers["stability"]["changed_elsewhere"] == pytest.approx(100 / 3)
 
 
+def test_evidence_is_the_share_of_each_target_words_row_on_the_swapped_source_words():
+    import numpy as np
+
+    from seq2seq.jobs.fairness.probe import add_evidence, uniform_share
+
+    source = swapper_for("en").swap("the tall man sings")  # -> "the tall woman sings": word 2 swapped
+    pair = measure(1, source, ("der große Mann singt", "die große Frau tanzt"), swapper_for("de"), ("male", "female"))
+    assert (pair.group_words, pair.changed) == ([2], [3])
+    # rows: die große Frau tanzt </s>; columns: the tall woman sings </s>
+    words = np.array([[0.5, 0.2, 0.2, 0.0, 0.1], [0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.8, 0.0, 0.2],
+                      [0.0, 0.0, 0.6, 0.4, 0.0], [0.0, 0.0, 0.0, 0.0, 1.0]])
+    add_evidence(pair, "attention", words, ["the", "tall", "woman", "sings"], ["die", "große", "Frau", "tanzt"])
+    assert pair.evidence["attention"] == {"group": [0.8], "changed": [0.6], "unchanged": [pytest.approx(0.2), 0.0]}
+    assert uniform_share(pair) == pytest.approx(1 / 5)
+    add_evidence(pair, "gradient", words, ["the", "tall"], ["die"])  # other words than the sentences': skipped
+    assert "gradient" not in pair.evidence
+
+
 def test_changed_words_and_stability_identities():
     assert changed_words("a b c", "a b c") == set()
     assert changed_words("a b c", "a x c d") == {1, 3}

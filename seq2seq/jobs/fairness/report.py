@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -143,10 +143,9 @@ def fairness(job: FairnessJob) -> Path:
     systems = [load_system(str(ckpt), name, job.device) for ckpt, name in zip(checkpoints, names)]
     src, tgt = languages(systems, job)
     swapper_for(tgt, job.swap_list_tgt, "--tgt")  # its errors before any translation
-    if job.occupations is None:
-        job.occupations = (src, tgt) == ("en", "de")
-    elif job.occupations and (src, tgt) != ("en", "de"):
+    if job.occupations and (src, tgt) != ("en", "de"):
         raise UserError(f"--occupations probes English -> German; the models translate {src} -> {tgt}")
+    job = replace(job, occupations=(src, tgt) == ("en", "de") if job.occupations is None else job.occupations)
     for system in systems:
         check_layer_heads(job.align.layer, job.align.heads, system.translator.model)
     inputs, lines = swapped_inputs(job, src)
