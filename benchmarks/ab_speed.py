@@ -52,6 +52,8 @@ with tempfile.TemporaryDirectory() as tmp:
     if not args["train_steps"]:
         print(json.dumps(result))
         sys.exit(0)
+    # the layout before the config sections (train.eval_every, not eval.every): the trees compared may predate
+    # them, and today's reads it too (seq2seq.config.layout)
     config = RunConfig.from_dict({"model": {"arch": "transformer", "d_model": 64, "heads": 4, "ff_size": 128,
                                             "layers": 2},
                                   "data": {"toy_size": 1000, "vocab_size": 120, "cache_dir": tmp + "/cache"},

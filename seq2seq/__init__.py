@@ -18,7 +18,8 @@ from .version import __version__ as __version__  # noqa: F401  (re-exported)
 
 _EXPORTS = {
     "DataConfig": "config", "DecodeConfig": "config", "ModelConfig": "config", "RunConfig": "config",
-    "TrainConfig": "config", "PRESETS": "config",
+    "TrainConfig": "config", "OptimConfig": "config", "ScheduleConfig": "config", "EvalConfig": "config",
+    "CheckpointConfig": "config", "GuidedConfig": "config", "PRESETS": "config",
     "UserError": "errors",
     "build_model": "models",
     "TrainResult": "training.run", "train": "training.run",
@@ -26,12 +27,15 @@ _EXPORTS = {
     "BackwardAligner": "decoding.forced_alignment",
     "adapt": "training.adapt",
 }
-__all__ = ["BackwardAligner", "DataConfig", "DecodeConfig", "ModelConfig", "PRESETS", "RunConfig", "TrainConfig",
-           "TrainResult", "Translation", "Translator", "UserError", "adapt", "build_model",
-           "train"]  # = _EXPORTS (tested)
+__all__ = ["BackwardAligner", "CheckpointConfig", "DataConfig", "DecodeConfig", "EvalConfig", "GuidedConfig",
+           "ModelConfig", "OptimConfig", "PRESETS", "RunConfig", "ScheduleConfig", "TrainConfig", "TrainResult",
+           "Translation", "Translator", "UserError", "adapt", "build_model", "train"]  # = _EXPORTS (tested)
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports on demand
-    from .config import PRESETS, DataConfig, DecodeConfig, ModelConfig, RunConfig, TrainConfig
+    from .config import (
+        PRESETS, CheckpointConfig, DataConfig, DecodeConfig, EvalConfig, GuidedConfig, ModelConfig, OptimConfig,
+        RunConfig, ScheduleConfig, TrainConfig,
+    )
     from .errors import UserError
     from .models import build_model
     from .training.adapt import adapt

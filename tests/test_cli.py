@@ -287,7 +287,7 @@ def test_run_config_yaml_reproduces_the_runs_config(checkpoint):
 
     saved = RunConfig.from_dict(load_checkpoint(checkpoint)["config"])
     assert config_from_flags(["--config", str(checkpoint.parent / "config.yaml")]) == saved
-    assert saved.data.toy_size == 300 and saved.model.d_model == 32 and saved.train.warmup_steps == 300  # toy preset
+    assert saved.data.toy_size == 300 and saved.model.d_model == 32 and saved.schedule.warmup_steps == 300  # toy preset
 
 
 def test_written_files_are_readable_as_the_umask_allows(checkpoint, tmp_path):

@@ -162,7 +162,7 @@ def test_a_training_step_reads_nothing_back_from_the_device(tmp_path, monkeypatc
     monkeypatch.setattr(Trainer, "train_step", counted_step)
     monkeypatch.setattr(Trainer, "_after_step", counted_after)
     cfg = tiny_run(tmp_path / "run", arch, attention_entropy_weight=0.1)
-    cfg.data.guided_alignment = str(links)
+    cfg.guided.links = str(links)
     result = train(cfg, quiet=True)
     assert result.progress.step == 4
     assert counts["steps"] == [[]] * 4
@@ -190,7 +190,7 @@ def test_the_compiled_step_with_guided_alignment_trains_like_the_eager_one(tmp_p
     for name, compile_step in (("eager", False), ("compiled", True)):
         cfg = tiny_run(tmp_path / name, arch, attention_entropy_weight=0.1, compile=compile_step, log_every=1,
                        max_steps=3)
-        cfg.data.guided_alignment, cfg.data.fixed_shapes = str(links), True
+        cfg.guided.links, cfg.data.fixed_shapes = str(links), True
         cfg.model.layers = 1  # tracing and differentiating a graph of dynamic shapes is what costs here
         train(cfg, quiet=True)
         losses[name] = _losses(tmp_path / name)

@@ -12,7 +12,7 @@ import pytest
 from conftest import run_main
 
 from seq2seq.cli import config_from_flags
-from seq2seq.config import DEFAULT_BEAM_SIZE, PRESETS, DecodeConfig, ModelConfig, RunConfig, TrainConfig, config_to_yaml
+from seq2seq.config import DEFAULT_BEAM_SIZE, PRESETS, DecodeConfig, ModelConfig, OptimConfig, RunConfig, config_to_yaml
 from seq2seq.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,8 +24,8 @@ def test_every_preset_is_the_same_from_the_command_the_api_and_configs(name):
     assert from_cli == RunConfig.from_preset(name)
     committed = ROOT / "configs" / f"{name}.yaml"
     assert config_from_flags(["--config", str(committed)]) == from_cli  # the committed file is the preset
-    assert None not in (from_cli.model.dropout, from_cli.train.betas, from_cli.train.warmup_steps,
-                        from_cli.train.clip_norm, from_cli.train.schedule, from_cli.data.max_tokens)
+    assert None not in (from_cli.model.dropout, from_cli.optim.betas, from_cli.schedule.warmup_steps,
+                        from_cli.optim.clip_norm, from_cli.schedule.kind, from_cli.data.max_tokens)
 
 
 @pytest.mark.parametrize("name", list(PRESETS))
@@ -56,10 +56,10 @@ def test_api_and_command_resolve_architecture_defaults_alike():
     cli = config_from_flags(["--arch", "rnn", "--data-dir", "somewhere"])
     api.data.data_dir = "somewhere"
     assert api == cli
-    assert (cli.model.dropout, cli.train.clip_norm, cli.train.betas, cli.train.schedule) == \
+    assert (cli.model.dropout, cli.optim.clip_norm, cli.optim.betas, cli.schedule.kind) == \
         (0.3, 5.0, (0.9, 0.999), "plateau")
     transformer = RunConfig().resolved()
-    assert (transformer.model.dropout, transformer.train.warmup_steps, transformer.train.betas) == \
+    assert (transformer.model.dropout, transformer.schedule.warmup_steps, transformer.optim.betas) == \
         (0.1, 400, (0.9, 0.98))
     assert RunConfig(model=ModelConfig(arch="rnn", dropout=0.25)).resolved().model.dropout == 0.25  # set = kept
 
@@ -72,10 +72,10 @@ def test_bare_command_is_the_toy_preset_and_a_corpus_is_not():
 
 def test_yaml_numbers_written_as_strings_are_converted_and_bad_values_are_named(tmp_path):
     good = tmp_path / "run.yaml"
-    good.write_text("model:\n  arch: rnn\ntrain:\n  lr: 1e-3\n  betas: [0.9, 0.98]\n  max_steps: '3'\n")
+    good.write_text("model:\n  arch: rnn\noptim:\n  lr: 1e-3\n  betas: [0.9, 0.98]\ntrain:\n  max_steps: '3'\n")
     cfg = config_from_flags(["--config", str(good)])
-    assert cfg.train.lr == 0.001 and cfg.train.betas == (0.9, 0.98) and cfg.train.max_steps == 3
-    for text, named in [("train:\n  lr: abc\n", r"bad\.yaml: train\.lr: .*valid number.*'abc'"),
+    assert cfg.optim.lr == 0.001 and cfg.optim.betas == (0.9, 0.98) and cfg.train.max_steps == 3
+    for text, named in [("optim:\n  lr: abc\n", r"bad\.yaml: optim\.lr: .*valid number.*'abc'"),
                         ("model:\n  arch: gru\n", r"model\.arch: .*'rnn' or 'transformer'.*'gru'"),
                         ("model:\n  layers: 2.5\n", r"model\.layers: .*integer.*2\.5"),
                         ("train:\n  lerning_rate: 1\n", r"unknown key train\.lerning_rate; valid keys are: seed"),
@@ -88,8 +88,8 @@ def test_yaml_numbers_written_as_strings_are_converted_and_bad_values_are_named(
 
 
 def test_values_set_in_python_are_checked_too():
-    with pytest.raises(UserError, match=r"train\.lr: .*valid number"):
-        RunConfig(train=TrainConfig(lr="fast")).resolved()
+    with pytest.raises(UserError, match=r"optim\.lr: .*valid number"):
+        RunConfig(optim=OptimConfig(lr="fast")).resolved()
     with pytest.raises(UserError, match=r"--d-model \(30\) must be divisible by --heads \(4\)"):
         RunConfig(model=ModelConfig(d_model=30)).resolved()
 

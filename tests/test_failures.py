@@ -231,7 +231,7 @@ def test_resume_keeps_the_run_limits_and_logs_what_a_flag_changes(tmp_path, monk
     assert "resume max_steps=12->16" in err
     assert "ignored: --lr" in err
     assert load_checkpoint(run / "last.pt")["progress"]["step"] == 16
-    assert load_checkpoint(run / "last.pt")["config"]["train"]["lr"] != 0.5
+    assert load_checkpoint(run / "last.pt")["config"]["optim"]["lr"] != 0.5
 
 
 def test_resume_without_a_run_says_so(tmp_path, capsys):

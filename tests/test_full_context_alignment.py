@@ -12,7 +12,7 @@ from conftest import run_main
 from test_guided_alignment import COMMON, SMALL_TRANSFORMER, random_batch, toy_alignment_file
 
 from seq2seq.checkpoint.file import load_checkpoint
-from seq2seq.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from seq2seq.config import GuidedConfig, ModelConfig, RunConfig
 from seq2seq.decoding.scoring import teacher_force
 from seq2seq.decoding.translator import Translator
 from seq2seq.errors import UserError
@@ -77,12 +77,11 @@ def test_the_alignment_loss_trains_the_layers_up_to_the_supervised_one_only():
 
 @pytest.mark.parametrize("change, message", [
     ({"model": {"arch": "rnn"}}, "needs --arch transformer"),
-    ({"data": {"guided_alignment": None}}, "give --guided-alignment"),
-    ({"train": {"guided_layer": 5}}, "--guided-layer 5: alignment layer 5 does not exist"),
+    ({"guided": {"links": None}}, "give --guided-alignment"),
+    ({"guided": {"layer": 5}}, "--guided-layer 5: alignment layer 5 does not exist"),
 ])
 def test_bad_combinations_are_named_errors(change, message):
-    raw = RunConfig(model=ModelConfig(layers=3), data=DataConfig(guided_alignment="links.talp"),
-                    train=TrainConfig(full_context_alignment=True)).to_dict()
+    raw = RunConfig(model=ModelConfig(layers=3), guided=GuidedConfig(links="links.talp", full_context=True)).to_dict()
     for section, values in change.items():
         raw[section].update(values)
     with pytest.raises(UserError, match=message):
@@ -92,16 +91,15 @@ def test_bad_combinations_are_named_errors(change, message):
 
 
 def test_the_layer_is_the_guided_one_and_off_by_default():
-    cfg = RunConfig(model=ModelConfig(layers=3), data=DataConfig(guided_alignment="links.talp"),
-                    train=TrainConfig(full_context_alignment=True))
-    assert cfg.full_context_layer() == 1  # --guided-layer -2 of 3
-    cfg.train.guided_layer = 0
-    assert cfg.full_context_layer() == 0
-    cfg.model.layers, cfg.train.guided_layer = 1, -2
-    assert cfg.full_context_layer() == 0  # a one-layer decoder's only layer, as alignments read it
-    cfg.model.layers = 3
-    cfg.train.full_context_alignment = False
-    assert cfg.full_context_layer() is None
+    guided, model = GuidedConfig(links="links.talp", full_context=True), ModelConfig(layers=3)
+    assert guided.full_context_layer(model) == 1  # --guided-layer -2 of 3
+    guided.layer = 0
+    assert guided.full_context_layer(model) == 0
+    model.layers, guided.layer = 1, -2
+    assert guided.full_context_layer(model) == 0  # a one-layer decoder's only layer, as alignments read it
+    model.layers = 3
+    guided.full_context = False
+    assert guided.full_context_layer(model) is None
 
 
 def test_a_full_context_run_records_it_and_its_alignments_are_read_with_full_context(tmp_path):
@@ -112,7 +110,7 @@ def test_a_full_context_run_records_it_and_its_alignments_are_read_with_full_con
                              "--full-context-alignment"])
     assert code == 0, err
     config = RunConfig.from_dict(load_checkpoint(tmp_path / "run" / "best.pt")["config"])
-    assert config.train.full_context_alignment and config.full_context_layer() == 0
+    assert config.guided.full_context and config.guided.full_context_layer(config.model) == 0
     train = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert all(r["guided_loss"] > 0 for r in train if r["kind"] == "train")
 

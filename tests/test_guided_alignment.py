@@ -14,7 +14,7 @@ from conftest import run_main
 from seq2seq.alignment.guided import GuidedAlignments, piece_gold, piece_words, word_start_table
 from seq2seq.alignment.matrices import word_spans
 from seq2seq.checkpoint.file import load_checkpoint
-from seq2seq.config import AlignConfig, ModelConfig, RunConfig, TrainConfig
+from seq2seq.config import AlignConfig, GuidedConfig, ModelConfig, RunConfig
 from seq2seq.data.cleaning import clean_corpus
 from seq2seq.data.corpus import toy_eval_size
 from seq2seq.data.guided import attach_alignment_lines
@@ -91,8 +91,7 @@ def random_batch(batch: int = 3, src_len: int = 5, tgt_len: int = 4):
 def test_the_guided_gradient_flows_only_into_the_supervised_head():
     """Mutation caught: supervising the layer's mean of all heads, or another layer."""
     model = tiny_transformer(layers=2, heads=4)
-    cfg = RunConfig(model=model.cfg, train=TrainConfig(guided_layer=-2, guided_heads=[1]))
-    cfg.data.guided_alignment = "links.talp"
+    cfg = RunConfig(model=model.cfg, guided=GuidedConfig(links="links.talp", layer=-2, heads=[1]))
     guided = GuidedTraining.for_run(cfg, model)
     assert (guided.layer, guided.heads) == (0, [1])
     src, mask, tgt_in, gold = random_batch()
@@ -126,11 +125,10 @@ def test_the_layer_asked_for_is_the_one_every_layer_returns():
 
 def test_the_supervised_heads_must_exist():
     model = tiny_transformer(layers=2, heads=4)
-    cfg = RunConfig(model=model.cfg, train=TrainConfig(guided_heads=[4]))
-    cfg.data.guided_alignment = "links.talp"
+    cfg = RunConfig(model=model.cfg, guided=GuidedConfig(links="links.talp", heads=[4]))
     with pytest.raises(UserError, match=r"--guided-heads 4: .*4 head"):
         GuidedTraining.for_run(cfg, model)
-    cfg.data.guided_alignment = None
+    cfg.guided.links = None
     assert GuidedTraining.for_run(cfg, model) is None
 
 
@@ -296,8 +294,8 @@ def test_a_guided_run_logs_its_alignment_loss_and_records_the_head(guided_run):
     assert len(train) == 10 and all(r["guided_loss"] > 0 for r in train)
     assert all("guided_loss" not in r for r in records if r["kind"] == "valid")
     config = RunConfig.from_dict(load_checkpoint(guided_run / "best.pt")["config"])
-    assert config.supervised_attention() == (-2, [1])
-    assert config.data.guided_alignment.endswith("toy.talp")
+    assert config.guided.supervised_attention() == (-2, [1])
+    assert config.guided.links.endswith("toy.talp")
 
 
 def test_the_alignment_commands_default_to_the_supervised_head(guided_run, tmp_path):
@@ -361,7 +359,7 @@ def test_eflomal_alignments_are_computed_once_and_cached(tmp_path):
     assert code == 0, err
     assert links.stat().st_mtime_ns == written  # reused, not recomputed
     saved = load_checkpoint(tmp_path / "b" / "last.pt")["config"]
-    assert saved["data"]["guided_alignment"] == "eflomal" and saved["train"]["guided_heads"] == [0]
+    assert saved["guided"]["links"] == "eflomal" and saved["guided"]["heads"] == [0]
     links.write_text("".join(links.read_text(encoding="utf-8").splitlines(keepends=True)[:120]), encoding="utf-8")
     code, _, err = run_main(run + ["--output-dir", str(tmp_path / "c")])  # a truncated cache heals
     assert code == 0, err

@@ -42,7 +42,7 @@ def guidance(tiny_tokenizer):
     cfg = ModelConfig(d_model=32, heads=2, ff_size=64, layers=2, dropout=0.3, vocab_size=tiny_tokenizer.vocab_size)
     model = build_model(cfg.with_arch_defaults()).train()
     run = RunConfig(model=cfg)
-    run.data.guided_alignment, run.train.self_guidance_warmup = "self", 3
+    run.guided.links, run.guided.self_warmup = "self", 3
     guided = GuidedTraining.for_run(run, model)
     pairs = [("three hundred and five", "drei hundert und fünf"), ("forty-two", "zwei und vierzig")]
     batch = pad_batch([tiny_tokenizer.encode(s) + [EOS_ID] for s, _ in pairs],
@@ -92,12 +92,12 @@ def test_self_guidance_is_named_in_a_run_and_resumes_exactly(tmp_path):
     logged = {r["step"]: r["guided_loss"] for r in map(json.loads, (tmp_path / "a" / "metrics.jsonl").open())
               if "guided_loss" in r}
     assert logged[2] == 0 and logged[4] > 0 and logged[6] > 0  # steps 0-2 warm up (step 3 is the fourth)
-    assert whole["config"]["data"]["guided_alignment"] == "self"
+    assert whole["config"]["guided"]["links"] == "self"
 
 
 def test_the_alignment_lines_come_from_a_file_or_eflomal_never_from_self():
     cfg = RunConfig()
-    assert cfg.data.alignment_lines is None
+    assert cfg.guided.alignment_lines is None
     for value, lines in (("self", None), ("links.talp", "links.talp"), ("eflomal", "eflomal")):
-        cfg.data.guided_alignment = value
-        assert cfg.data.alignment_lines == lines
+        cfg.guided.links = value
+        assert cfg.guided.alignment_lines == lines

@@ -181,6 +181,6 @@ def test_flags_override_the_config_file_which_overrides_the_preset(tmp_path, suf
     config.write_text(text, encoding="utf-8")
     cfg = config_from_flags(["--preset", "transformer", "--config", str(config), "--max-steps", "7"])
     assert cfg.train.max_steps == 7  # the flag beats the file
-    assert cfg.train.lr == 0.002 and cfg.model.layers == 3  # the file beats the preset and the defaults
-    assert cfg.train.warmup_steps == 200  # the preset's own value, set by neither
-    assert config_from_flags(["--preset", "transformer"]).train.lr != 0.002
+    assert cfg.optim.lr == 0.002 and cfg.model.layers == 3  # the file beats the preset and the defaults
+    assert cfg.schedule.warmup_steps == 200  # the preset's own value, set by neither
+    assert config_from_flags(["--preset", "transformer"]).optim.lr != 0.002

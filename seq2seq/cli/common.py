@@ -1,10 +1,11 @@
 """What every subcommand shares: the no-traceback error path, flags generated from the config
 dataclasses, deprecated flag aliases and the flag groups used by more than one command.
 
-Flags come from the typed config (``seq2seq.config``): every field of ``ModelConfig``,
-``DataConfig`` and ``TrainConfig`` is a ``seq2seq train`` flag (``max_tokens`` -> ``--max-tokens``;
-booleans get ``--x`` / ``--no-x``; ``Literal`` types give ``choices``), with the field's help text
-and the default that will actually run. Precedence: preset < ``--config FILE`` < flags.
+Flags come from the typed config (``seq2seq.config``): every field of a ``RunConfig`` section (``SECTIONS``)
+is a ``seq2seq train`` flag (``max_tokens`` -> ``--max-tokens``, or the name the field gives, ``eval.every`` ->
+``--eval-every``: ``flag_of``; booleans get ``--x`` / ``--no-x``; ``Literal`` types give ``choices``), with the
+field's help text and the default that will actually run, one group per section. Precedence: preset <
+``--config FILE`` < flags.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import Any, Callable, Collection, Iterable, Literal, TypeVar, get_ty
 from ..config import (
     ARCH_DEFAULTS, DEFAULT_BEAM_SIZE, DEFAULT_SHARES, FINE_TUNABLE, LINK_METHODS, MARKUP_SYMMETRIZATION,
     MODEL_SYMMETRIZATION, MODEL_SYMMETRIZATIONS, PRESETS, SECTIONS, AlignConfig, DecodeConfig, RunConfig,
-    load_config_file, preset,
+    field_default, flag_of, load_config_file, preset,
 )
 from ..errors import OutputError, UserError
 from ..io_utils import output_error
@@ -162,10 +163,6 @@ def parser_for(command: str, description: str) -> argparse.ArgumentParser:
 # ----------------------------------------------------------------------------- flags from dataclasses
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 def _scalar(hint: Any) -> tuple[Callable[[str], Any], list[str] | None]:
     """(argparse type, choices) for a field type: int, float, str, a Literal, or one of them | None,
     possibly constrained (``Annotated``: pydantic checks the constraint)."""
@@ -197,23 +194,23 @@ def add_dataclass_flags(parser: argparse._ActionsContainer, cls: type, dest_pref
     for f in fields:
         if f.metadata.get("derived") or (names is not None and f.name not in names):
             continue
-        hint = hints[f.name]
-        shown = defaults(f.name, f.default) if defaults else f"{f.default!r}"
+        hint, flag = hints[f.name], flag_of(cls, f.name)
+        shown = defaults(f.name, field_default(f)) if defaults else f"{field_default(f)!r}"
         text = f.metadata.get("help", "")
         if names is not None and "lone_help" in f.metadata:
             text = f.metadata["lone_help"].format(**{g.name: g.default for g in fields})
         kwargs: dict[str, Any] = {"dest": dest_prefix + f.name, "default": argparse.SUPPRESS,
                                   "help": f"{text} (default: {shown})"}
         if _is_bool(hint):
-            parser.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, **kwargs)
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
         elif "tuple" in str(hint):
-            parser.add_argument(_flag(f.name), type=float, nargs=2, metavar=("B1", "B2"), **kwargs)
+            parser.add_argument(flag, type=float, nargs=2, metavar=("B1", "B2"), **kwargs)
         elif hint == list[int]:
-            parser.add_argument(_flag(f.name), type=int, nargs="+", metavar="N", **kwargs)
+            parser.add_argument(flag, type=int, nargs="+", metavar="N", **kwargs)
         else:
             kind, choices = _scalar(hint)
-            parser.add_argument(_flag(f.name), type=kind, choices=choices,
-                                metavar=None if choices else f.name.upper(), **kwargs)
+            parser.add_argument(flag, type=kind, choices=choices,
+                                metavar=None if choices else flag[2:].replace("-", "_").upper(), **kwargs)
 
 
 def _train_default(section: str) -> Callable[[str, Any], str]:
@@ -223,7 +220,7 @@ def _train_default(section: str) -> Callable[[str, Any], str]:
     def shown(name: str, value: Any) -> str:
         per_arch = {arch: values.get(section, {}).get(name, value) for arch, values in ARCH_DEFAULTS.items()}
         text = (f"{per_arch['rnn']!r} for rnn, {per_arch['transformer']!r} for transformer"
-                if value is None else repr(value))
+                if value is None and per_arch["rnn"] is not None else repr(value))
         toy = PRESETS["toy"].get(section, {}).get(name)
         return text + (f"; toy: {toy!r}" if toy is not None else "")
 
@@ -239,9 +236,9 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
                                          "config.yaml); flags override it")
     parser.add_argument("--print-config", action="store_true",
                         help="print the effective config as YAML (what would run) and exit")
-    for section, cls in SECTIONS.items():
-        add_dataclass_flags(parser.add_argument_group(f"{section} options"), cls, f"{section}.",
-                            _train_default(section))
+    for section, cls in SECTIONS.items():  # one group per section: its name and what it holds
+        group = parser.add_argument_group(f"{section} options", cls.__doc__.strip().splitlines()[0].replace("``", ""))
+        add_dataclass_flags(group, cls, f"{section}.", _train_default(section))
 
 
 def build_run_config(args: argparse.Namespace) -> RunConfig:
@@ -345,7 +342,7 @@ def add_alignment_flags(parser: argparse._ActionsContainer, include_eos: bool = 
                              + ", ".join(f"{share} for {method}" for method, share in DEFAULT_SHARES.items() if share)
                              + "; grow 0 keeps every grown link)")
     for old, new in (("--layer", "align_layer"), ("--heads", "align_heads")):
-        parser.add_argument(old, dest=new, action=DeprecatedAlias, new=_flag(new))
+        parser.add_argument(old, dest=new, action=DeprecatedAlias, new="--" + new.replace("_", "-"))
     if include_eos:
         parser.add_argument("--include-eos", action="store_true", default=default.include_eos,
                             help="keep the source EOS column and target EOS row in matrices and links "

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..config import RESUME_FIELDS, RunConfig, config_to_yaml
+from ..config import RESUME_FIELDS, RunConfig, config_to_yaml, flag_for
 from ..errors import UserError
 from .common import add_config_flags, build_run_config, parser_for, run_cli
 
@@ -82,14 +82,14 @@ def resumed_config(args: argparse.Namespace) -> RunConfig:
         if "." not in dest:
             continue
         section, name = dest.split(".", 1)
-        if section == "train" and name in RESUME_FIELDS:
-            if changed["train"][name] != value:
-                log("resume", **{name: f"{changed['train'][name]}->{value}"})
-                changed["train"][name] = value
+        if dest in RESUME_FIELDS:
+            if changed[section][name] != value:
+                log("resume", **{flag_for(dest)[2:].replace("-", "_"): f"{changed[section][name]}->{value}"})
+                changed[section][name] = value
         else:
-            ignored.append("--" + name.replace("_", "-"))
+            ignored.append(flag_for(dest))
     if ignored:
-        changeable = ", ".join("--" + name.replace("_", "-") for name in RESUME_FIELDS)
+        changeable = ", ".join(flag_for(key) for key in RESUME_FIELDS)
         log("warning", message=f"--resume continues the run with its own settings; ignored: {', '.join(ignored)} "
                                f"(a resume can change only {changeable})")
     changed["output_dir"] = str(run)

@@ -10,9 +10,11 @@ Python API (``seq2seq.train``) and the benchmarks all resolve the same way. The 
 config is saved in every checkpoint and as ``config.yaml`` in every run directory.
 
 The sections live by concern: ``model.py`` (``ModelConfig``, the options of each architecture, the
-architecture defaults), ``data.py``, ``decode.py``, ``align.py``, ``fields.py`` (what a section is made
-of); here ``TrainConfig``, ``RunConfig``, the presets and the one layering (``RunConfig.from_layers``).
-Everything is re-exported: ``from seq2seq.config import ...``.
+architecture defaults), ``data.py``, ``train.py`` (the run's ``train``, ``optim``, ``schedule``, ``eval`` and
+``checkpoint`` sections), ``guided.py`` (guided alignment), ``decode.py``, ``align.py``, ``fields.py`` (what a
+section is made of), ``layout.py`` (the layout of configs written before the sections, read into them); here
+``RunConfig``, the presets and the one layering (``RunConfig.from_layers``). Everything is re-exported:
+``from seq2seq.config import ...``.
 """
 from __future__ import annotations
 
@@ -20,9 +22,9 @@ import copy
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import NonNegativeFloat, NonNegativeInt, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from ..errors import UserError
 from .align import (  # noqa: F401  (re-exported: ``from seq2seq.config import AlignConfig`` everywhere)
@@ -30,85 +32,15 @@ from .align import (  # noqa: F401  (re-exported: ``from seq2seq.config import A
     MODEL_SYMMETRIZATIONS, SYMMETRIZATIONS, AlignConfig, AttributionConfig, DEFAULT_SHARES, check_link_method,
     layer_index, link_share, parse_heads, parse_layer,
 )
-from .data import SELF_GUIDANCE, DataConfig  # noqa: F401
+from .data import DataConfig  # noqa: F401
 from .decode import DECODER_ROWS, DEFAULT_BEAM_SIZE, DecodeConfig, check_decoding  # noqa: F401
-from .fields import STRICT, Device, fill_defaults, option  # noqa: F401
+from .fields import STRICT, Device, field_default, fill_defaults, flag_of, option  # noqa: F401
+from .guided import SELF_GUIDANCE, GuidedConfig  # noqa: F401
+from .layout import MOVED, migrated, moved_hint  # noqa: F401
 from .model import (  # noqa: F401
     ARCH_DEFAULTS, ARCH_OPTIONS, ENTMAX_MISSING, FINE_TUNABLE, ModelConfig, check_arch_options, entmax_installed,
 )
-
-
-@dataclass
-class TrainConfig:
-    """Optimisation, schedule, evaluation and checkpointing."""
-
-    __pydantic_config__ = STRICT
-
-    seed: int = option(1, "random seed (same seed and data = same run on CPU)")
-    init_from: str = option("", "fine-tune: start from this trained run (its best.pt) or checkpoint: its weights, "
-                                "tokenizer and model config; the data, optimizer, schedule and budget are this run's")
-    device: Device = option("auto", "where to train: auto (CUDA when present), cpu, cuda or cuda:N")
-    tf32: bool | None = option(None, "CUDA: TF32 matmuls and cuDNN on Ampere or newer (faster fp32, ~1e-3 relative "
-                                     "error); unset: on when training on CUDA")
-    precision: Literal["fp32", "bf16", "fp16", "auto"] | None = option(
-        None, "autocast precision (fp16: CUDA only; auto: bf16 where the hardware runs it natively, else fp32); "
-              "unset: auto on CUDA, fp32 on CPU")
-    optimizer: Literal["adam", "adamw"] = option("adamw", "optimizer")
-    lr: float = option(1e-3, "peak learning rate")
-    weight_decay: float = option(0.0, "AdamW weight decay")
-    betas: tuple[float, float] | None = option(None, "Adam betas B1 B2")
-    schedule: Literal["auto", "inverse-sqrt", "linear", "plateau", "constant"] | None = option(
-        None, "learning-rate schedule (auto: the architecture's; linear: warmup, then down to 0 at the end of "
-              "--max-steps / --max-minutes)")
-    warmup_steps: int | None = option(None, "inverse-sqrt and linear: steps of linear warmup")
-    plateau_patience: int = option(2, "plateau: evaluations without validation-loss improvement before decay")
-    plateau_factor: float = option(0.5, "plateau: learning-rate factor at each decay")
-    label_smoothing: float = option(0.1, "label smoothing epsilon")
-    attention_entropy_weight: NonNegativeFloat = option(
-        0.0, "add this weight x the mean entropy of the cross-attention distributions (nats per target token) "
-             "to the loss: > 0 sharpens attention (0 = off)")
-    attention_entropy_layer: int | Literal["all"] = option(
-        -2, "decoder layer whose cross-attention (mean over its heads) the entropy penalty reads: index (negative "
-            "counts from the top; -2, the penultimate, is the layer alignments are read from, and an RNN's or a "
-            "one-layer model's only layer) or 'all'")
-    clip_norm: float | None = option(None, "gradient norm clipping (0 = off)")
-    accumulate: int = option(1, "micro-batches per optimizer step (gradient accumulation)")
-    max_steps: int = option(0, "stop after this many optimizer steps (0 = no limit)")
-    max_epochs: int = option(0, "stop after this many epochs (0 = no limit)")
-    max_minutes: float = option(0.0, "wall-clock training budget in minutes (0 = no limit)")
-    eval_every: int = option(500, "validate (loss + BLEU) and checkpoint every N steps (0 = off)")
-    eval_every_minutes: NonNegativeFloat = option(
-        0.0, "also validate and checkpoint every N minutes of the run's wall-clock, on a fixed grid (0 = off)")
-    eval_beam_size: int = option(1, "beam size of validation BLEU (1 = greedy)")
-    eval_max_sentences: int = option(0, "validate on at most this many sentences (0 = all)")
-    patience: int = option(0, "early stopping: evaluations without BLEU improvement (0 = off)")
-    log_every: int = option(50, "log a training line every N steps")
-    save_every: NonNegativeInt = option(0, "also write last.pt every N steps, independent of validation (0 = off)")
-    save_every_minutes: NonNegativeFloat = option(0.0, "also write last.pt every N minutes of training (0 = off)")
-    keep_best: NonNegativeInt = option(
-        0, "keep the N best checkpoints by validation BLEU in RUN/checkpoints/ (for seq2seq average)")
-    keep_last: NonNegativeInt = option(0, "keep the N newest validation / periodic checkpoints in RUN/checkpoints/")
-    tensorboard: str | None = option(None, "write TensorBoard logs (scalars, attention heatmaps) to this directory")
-    guided_alignment_weight: NonNegativeFloat = option(
-        0.05, "guided alignment (--guided-alignment): weight lambda of the alignment loss added to the "
-              "translation loss")
-    guided_layer: int = option(-2, "guided alignment: the decoder layer whose cross-attention is supervised "
-                                   "(negative counts from the top; an RNN has one)")
-    guided_heads: list[int] = option(None, "guided alignment: the supervised head(s) of --guided-layer; the "
-                                           "loss supervises their mean", default_factory=lambda: [0])
-    full_context_alignment: bool = option(
-        False, "guided alignment, Transformer: supervise, and read alignments from, --guided-layer's "
-               "cross-attention computed with the whole target visible (Garg et al. 2019's full-context "
-               "alignment: the decoder run a second time up to that layer without the causal mask)")
-    guided_unaligned: Literal["skip", "eos"] = option(
-        "skip", "guided alignment, a file's target words without a link: skip (not supervised, as Garg et al.) or "
-                "eos (taught to attend to the source EOS, a NULL word, so that their alignments can stay empty)")
-    self_guidance_warmup: NonNegativeInt = option(
-        400, "--guided-alignment self: steps of plain training before the model's own links supervise it")
-    compile: bool | None = option(
-        None, "compile the training step (forward, loss, backward: torch.compile; on CUDA its CUDA graphs, one per "
-              "batch shape, see --fixed-shapes); slow to start on CPU; unset: on for a Transformer on CUDA")
-    threads: int = option(0, "CPU threads (0 = PyTorch's default)")
+from .train import CheckpointConfig, EvalConfig, OptimConfig, ScheduleConfig, TrainConfig  # noqa: F401
 
 
 # Defaults that depend on where the run trains, for fields still None after the preset, the file and
@@ -144,30 +76,30 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "model": {"embed_dim": 128, "hidden_size": 128, "decoder_hidden_size": 256, "d_model": 128,
                   "ff_size": 512, "layers": 2, "heads": 4, "dropout": 0.1},
         "data": {"toy_size": 20000, "src": "en", "tgt": "de", "vocab_size": 400, "max_tokens": 3000},
-        "train": {"max_steps": 1000, "eval_every": 400, "warmup_steps": 300, "eval_max_sentences": 300},
+        "train": {"max_steps": 1000}, "schedule": {"warmup_steps": 300}, "eval": {"every": 400, "max_sentences": 300},
     },
     # rnn-bahdanau and transformer: the architecture's defaults and the winners of the equal-effort
     # validation search (benchmarks/bench_tune.py, docs/benchmarks.md); rnn-luong was not searched
-    "rnn-bahdanau": {"model": {"arch": "rnn", "attention": "bahdanau"}, "train": {"lr": 2e-3}},
+    "rnn-bahdanau": {"model": {"arch": "rnn", "attention": "bahdanau"}, "optim": {"lr": 2e-3}},
     "rnn-luong": {"model": {"arch": "rnn", "attention": "luong-general"}},
-    "transformer": {"model": {"arch": "transformer"}, "train": {"warmup_steps": 200}},
+    "transformer": {"model": {"arch": "transformer"}, "schedule": {"warmup_steps": 200}},
     # the transformer preset trained to align words as it translates: guided alignment on eflomal's links of
     # the training pairs (pip install 'seq2seq[align]'), weight 1, supervising the penultimate layer's first
     # head with the whole target visible (full context), unlinked words on the source EOS (NULL), learning fast
     # early (peak rate 2e-3, CPU-sized batches of 1,500 tokens: on a GPU give --max-tokens) and settling at the
     # end of its budget (linear decay: needs --max-minutes or --max-steps); the recipe of
     # docs/guides/alignments.md, measured by benchmarks/bench_alignment.py
-    "transformer-align": {"model": {"arch": "transformer"}, "data": {"guided_alignment": "eflomal", "max_tokens": 1500},
-                          "train": {"warmup_steps": 200, "lr": 2e-3, "schedule": "linear",
-                                    "guided_alignment_weight": 1.0, "guided_unaligned": "eos",
-                                    "full_context_alignment": True}},
+    "transformer-align": {"model": {"arch": "transformer"}, "data": {"max_tokens": 1500}, "optim": {"lr": 2e-3},
+                          "schedule": {"kind": "linear", "warmup_steps": 200},
+                          "guided": {"links": "eflomal", "weight": 1.0, "unaligned": "eos", "full_context": True}},
     # the transformer preset for budgets of many epochs (a GPU trains Multi30k's in seconds): more dropout
     # and a higher peak rate; the winner of a validation search on one GPU (docs/benchmarks.md)
-    "transformer-gpu": {"model": {"arch": "transformer", "dropout": 0.3}, "train": {"warmup_steps": 200, "lr": 2e-3}},
+    "transformer-gpu": {"model": {"arch": "transformer", "dropout": 0.3}, "schedule": {"warmup_steps": 200},
+                        "optim": {"lr": 2e-3}},
     # Vaswani et al. 2017's base model (6+6 layers, d512, 8 heads, FF 2048, 48 M parameters with an 8k
     # vocabulary) for corpora larger than Multi30k; docs/guides/training.md gives its cost per device
     "transformer-base": {"model": {"arch": "transformer", "d_model": 512, "heads": 8, "ff_size": 2048, "layers": 6},
-                         "train": {"warmup_steps": 4000, "lr": 7e-4}},
+                         "schedule": {"warmup_steps": 4000}, "optim": {"lr": 7e-4}},
 }
 
 
@@ -180,6 +112,11 @@ class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    guided: GuidedConfig = field(default_factory=GuidedConfig)
     output_dir: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -187,8 +124,9 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], source: str = "config") -> "RunConfig":
-        """Build from nested dicts, converting and checking every value; errors name ``source``."""
-        return validate(cls, raw, source)
+        """Build from nested dicts (today's layout or the one before the sections: ``layout.migrated``),
+        converting and checking every value; errors name ``source``."""
+        return validate(cls, migrated(raw, source), source)
 
     @classmethod
     def from_layers(cls, layers: list[tuple[str | None, dict[str, Any]]], source: str = "config") -> "RunConfig":
@@ -196,7 +134,9 @@ class RunConfig:
         from the lowest (a preset) to the highest (flags), merged section by section (``merge_layers``), an
         option of the architecture the model is not an error naming where it was set (``check_arch_options``;
         a layer from None is not checked: a preset, which may size both architectures as the toy one does, or
-        a trained model's section), then read (errors name ``source``). Not yet resolved."""
+        a trained model's section), then read (errors name ``source``). Each layer may be in the layout before
+        the sections (``layout.migrated``). Not yet resolved."""
+        layers = [(where, migrated(values, where or source)) for where, values in layers]
         merged = merge_layers([values for _, values in layers])
         model = merged.get("model")
         arch = model.get("arch", ModelConfig.arch) if isinstance(model, dict) else ModelConfig.arch
@@ -211,38 +151,20 @@ class RunConfig:
         rnn-luong --data-dir multi30k --src de --tgt en``."""
         return cls.from_layers([(None, preset(name)), ("arguments", sections)]).resolved()
 
-    def supervised_attention(self) -> tuple[int, list[int]] | None:
-        """(decoder layer, heads) whose cross-attention guided alignment trained to align words (the
-        run's ``train.guided_layer`` / ``guided_heads``), or None for a run without ``data.guided_alignment``.
-        Alignment export, ``seq2seq align`` and ``serve`` read this attention by default (``AlignConfig``)."""
-        if not self.data.guided_alignment:
-            return None
-        return self.train.guided_layer, list(self.train.guided_heads)
-
-    def full_context_layer(self) -> int | None:
-        """The decoder layer (0-based) whose cross-attention the model computes with the whole target
-        visible (``train.full_context_alignment``: ``train.guided_layer``), or None; a combination that
-        cannot work is a UserError naming the flags."""
-        if not self.train.full_context_alignment:
-            return None
-        if self.model.arch != "transformer":
-            raise UserError("--full-context-alignment needs --arch transformer: an RNN decoder reads the target "
-                            "left to right only; drop the flag for an RNN")
-        if not self.data.guided_alignment:
-            raise UserError("--full-context-alignment changes the attention that guided alignment supervises: "
-                            "give --guided-alignment FILE (or eflomal) too")
-        try:
-            return layer_index(self.train.guided_layer, self.model.layers)
-        except UserError as exc:
-            raise UserError(f"--guided-layer {self.train.guided_layer}: {exc}") from None
-
     def resolved(self, device_type: str | None = None) -> "RunConfig":
         """A checked copy with every device- and architecture-dependent default (None) filled in:
         ``DEVICE_DEFAULTS`` for ``device_type`` ('cpu' or 'cuda'; None: where ``train.device`` trains),
         then ``ARCH_DEFAULTS``; ``fixed_shapes`` unset follows ``train.compile``; the other architecture's
-        model options at their defaults (``ModelConfig.only_read_options``)."""
+        model options at their defaults (``ModelConfig.only_read_options``).
+
+        It runs once on the way to the trainer (the command, then ``train()``, then the ``Trainer``): a config
+        that ``resolved`` returned, for the same device and unchanged since, comes back as an equal copy without
+        resolving again (``model.vocab_size``, set from the tokenizer, and ``output_dir`` may have been set); one
+        changed otherwise, or read back from a checkpoint (a resumed run's own), resolves anew."""
+        device_type = device_type or training_device_type(self.train.device)
+        if getattr(self, "_resolved_as", None) == (device_type, self._sections()):
+            return copy.deepcopy(self)
         cfg = RunConfig.from_dict(self.to_dict(), source="config")  # re-checks values set in Python
-        device_type = device_type or training_device_type(cfg.train.device)
         for section in SECTIONS:
             filled = fill_defaults(getattr(cfg, section), DEVICE_DEFAULTS[device_type].get(section, {}), cfg.model.arch)
             setattr(cfg, section, fill_defaults(filled, ARCH_DEFAULTS[cfg.model.arch].get(section, {}), cfg.model.arch))
@@ -250,8 +172,18 @@ class RunConfig:
             cfg.data.fixed_shapes = cfg.train.compile
         cfg.model = cfg.model.only_read_options()
         cfg.model.validate()
-        cfg.full_context_layer()  # its errors before any work
+        cfg.guided.full_context_layer(cfg.model)  # its errors before any work
+        cfg._resolved_as = (device_type, cfg._sections())
         return cfg
+
+    def _sections(self) -> dict[str, Any]:
+        """What resolving reads and fills: the values of every section but the derived ones (``vocab_size``)."""
+        values = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+        for name, cls in SECTIONS.items():
+            for f in dataclasses.fields(cls):
+                if f.metadata.get("derived"):
+                    del values[name][f.name]
+        return values
 
     def device_choices(self, device_type: str | None = None) -> list[tuple[str, Any, str]]:
         """(key, value, why) of each ``DEVICE_DEFAULTS`` value that ``resolved(device_type)`` would
@@ -283,7 +215,7 @@ def preset(name: str) -> dict[str, dict[str, Any]]:
 
 
 def merge_layers(layers: list[dict[str, Any]]) -> dict[str, Any]:
-    """Later layers override earlier ones, section by section (``model``, ``data``, ``train``)."""
+    """Later layers override earlier ones, section by section (``model``, ``data``, ``train``, ...: ``SECTIONS``)."""
     merged: dict[str, Any] = {}
     for layer in layers:
         for key, value in layer.items():
@@ -308,7 +240,8 @@ def validate(cls: type, raw: Any, source: str) -> Any:
         for error in exc.errors():
             key = ".".join(str(part) for part in error["loc"] if not isinstance(part, int))
             if error["type"] == "unexpected_keyword_argument":
-                problems.append(f"unknown key {key}; {_valid_keys(cls, error['loc'][:-1])}")
+                hint = moved_hint(str(error["loc"][-1])) if len(error["loc"]) > 1 else ""
+                problems.append(f"unknown key {key}{hint}; {_valid_keys(cls, error['loc'][:-1])}")
             else:
                 problems.append(f"{key}: {error['msg'].rstrip('.')} (got {error['input']!r})")
         raise UserError(f"{source}: " + "; ".join(problems)) from None
@@ -321,12 +254,22 @@ def _valid_keys(cls: type, path: tuple) -> str:
     return f"valid keys are: {', '.join(f.name for f in dataclasses.fields(cls))}"
 
 
-SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+#: The sections of a ``RunConfig``, in the order a config file lists them, each a group of ``seq2seq train --help``
+SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "optim": OptimConfig,
+                             "schedule": ScheduleConfig, "eval": EvalConfig, "checkpoint": CheckpointConfig,
+                             "guided": GuidedConfig}
 
-#: What ``--resume`` may change (the ``train`` fields): the stopping limits and validation rhythm, and
-#: where the run computes. Everything else is the run's own, read back from its checkpoint.
-LIMIT_FIELDS = ("max_steps", "max_epochs", "max_minutes", "patience", "eval_every", "eval_every_minutes")
-RESUME_FIELDS = LIMIT_FIELDS + ("device", "threads", "tf32", "compile")  # compile: how, not what, it computes
+#: What ``--resume`` may change (``section.field``): the stopping limits and validation rhythm, and where the run
+#: computes. Everything else is the run's own, read back from its checkpoint.
+LIMIT_FIELDS = ("train.max_steps", "train.max_epochs", "train.max_minutes", "eval.patience", "eval.every",
+                "eval.every_minutes")
+RESUME_FIELDS = LIMIT_FIELDS + ("train.device", "train.threads", "train.tf32", "train.compile")  # compile: how
+
+
+def flag_for(key: str) -> str:
+    """The ``seq2seq train`` flag of a ``section.field`` key (``eval.every`` -> ``--eval-every``)."""
+    section, name = key.split(".", 1)
+    return flag_of(SECTIONS[section], name)
 
 
 def config_to_yaml(cfg: RunConfig, header: str = "") -> str:
@@ -340,7 +283,7 @@ def config_to_yaml(cfg: RunConfig, header: str = "") -> str:
     for key in cfg.model.unread_options():
         if data["model"][key] == defaults[key]:
             del data["model"][key]
-    data["train"]["betas"] = list(data["train"]["betas"]) if data["train"]["betas"] is not None else None
+    data["optim"]["betas"] = list(data["optim"]["betas"]) if data["optim"]["betas"] is not None else None
     text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
     return (header.rstrip("\n") + "\n" if header else "") + text
 
@@ -367,5 +310,5 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     except Exception as exc:  # parse errors from yaml/tomllib
         raise UserError(f"--config {path}: cannot parse: {exc}") from None
     if not isinstance(data, dict):
-        raise UserError(f"--config {path}: expected a mapping with model / data / train sections")
+        raise UserError(f"--config {path}: expected a mapping with sections ({', '.join(SECTIONS)})")
     return data

@@ -52,7 +52,7 @@ class AlignConfig:
         return config
 
     def for_model(self, supervised: tuple[int, list[int]] | None) -> "AlignConfig":
-        """The settings for a model whose ``RunConfig.supervised_attention()`` is ``supervised``: with
+        """The settings for a model whose ``GuidedConfig.supervised_attention()`` is ``supervised``: with
         ``model_default`` and a model trained with guided alignment, its supervised layer and heads (the
         attention trained to align words); otherwise unchanged."""
         if not self.model_default or supervised is None:

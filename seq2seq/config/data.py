@@ -1,5 +1,5 @@
 """The data section: ``DataConfig`` (where the corpus comes from and how it is cleaned, tokenized and
-batched)."""
+batched; the word links of guided alignment are the ``guided`` section's, ``guided.py``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,10 +8,6 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from .fields import STRICT, option
-
-#: ``--guided-alignment self``: the model supervises its attention with its own links
-#: (``training.guided.SelfGuidance``)
-SELF_GUIDANCE = "self"
 
 
 @dataclass
@@ -51,17 +47,5 @@ class DataConfig:
         0.0, "subword regularization (Kudo 2018): each epoch trains on a freshly sampled SentencePiece "
              "segmentation of the training split, smoothing alpha (unigram; BPE: dropout probability); "
              "validation, test and translation use the best segmentation (0 = off)")
-    guided_alignment: str | None = option(
-        None, "guided alignment training (Garg et al. 2019): word alignments of the training pairs, a file of "
-              "Pharaoh lines (0-based source-target links of whitespace words, one line per training pair before "
-              "cleaning; a pair that cleaning drops drops its line), 'eflomal': computed with seq2seq wordalign "
-              "on the training pairs and cached, or 'self': after --self-guidance-warmup steps, the model's own "
-              "links of each batch (no aligner needed)")
     shuffle_buffer: int = option(10_000, "streaming: pairs held in the shuffle buffer")
     stream_window: int = option(100, "streaming: sort by length within windows of this many batches")
-
-    @property
-    def alignment_lines(self) -> str | None:
-        """Where the training pairs' alignment lines come from (a file, or ``eflomal``): ``guided_alignment``,
-        or None without one or with ``self`` (the links come from the model as it trains)."""
-        return None if self.guided_alignment in (None, "", SELF_GUIDANCE) else self.guided_alignment

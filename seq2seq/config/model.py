@@ -146,9 +146,10 @@ def check_arch_options(layers: Sequence[tuple[str, dict[str, Any]]], arch: str) 
 ARCH_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "rnn": {"model": {"dropout": 0.3},
             "data": {"max_tokens": 2000},
-            "train": {"schedule": "plateau", "warmup_steps": 0, "clip_norm": 5.0, "betas": (0.9, 0.999)}},
+            "optim": {"clip_norm": 5.0, "betas": (0.9, 0.999)},
+            "schedule": {"kind": "plateau", "warmup_steps": 0}},
     "transformer": {"model": {"dropout": 0.1},
                     "data": {"max_tokens": 3000},
-                    "train": {"schedule": "inverse-sqrt", "warmup_steps": 400, "clip_norm": 1.0,
-                              "betas": (0.9, 0.98)}},
+                    "optim": {"clip_norm": 1.0, "betas": (0.9, 0.98)},
+                    "schedule": {"kind": "inverse-sqrt", "warmup_steps": 400}},
 }

@@ -116,12 +116,13 @@ def _train_on_disk(cfg: DataConfig, kind: str) -> Dataset:
         raise
 
 
-def load_clean_corpus(cfg: DataConfig) -> tuple[DatasetDict, dict]:
+def load_clean_corpus(cfg: DataConfig, alignment_lines: str | Path | None = None) -> tuple[DatasetDict, dict]:
     """``load_corpus`` then ``clean_corpus`` with the config's filters; returns (corpus, stats). With
-    alignment lines (``DataConfig.alignment_lines``) the training pairs carry them through cleaning (``guided.py``)."""
+    ``alignment_lines`` (a file of one Pharaoh line per training pair: guided alignment's, ``GuidedConfig``) the
+    training pairs carry them through cleaning (``guided.py``)."""
     corpus = load_corpus(cfg)
-    if cfg.alignment_lines:
-        corpus["train"] = attach_alignment_lines(corpus["train"], cfg.alignment_lines)
+    if alignment_lines:
+        corpus["train"] = attach_alignment_lines(corpus["train"], alignment_lines)
     return clean_corpus(corpus, cfg.max_len, cfg.max_len_ratio, split_sources(cfg))
 
 

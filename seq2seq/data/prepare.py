@@ -71,12 +71,12 @@ def _load_checked(path: Path) -> DatasetDict:
     return dd
 
 
-def cache_key(cfg: DataConfig, tokenizer: Tokenizer) -> str:
+def cache_key(cfg: DataConfig, tokenizer: Tokenizer, alignment_lines: str | Path | None = None) -> str:
     """Fingerprint of (corpus source, cleaning settings, tokenizer model bytes, encoding version, and the
-    content of the guided alignment file, if any)."""
+    content of the guided alignment file ``alignment_lines``, if any)."""
     parts = {"corpus": corpus_fingerprint(cfg), "tokenizer": tokenizer.sha256(), "version": ENCODING_VERSION}
-    if cfg.alignment_lines:  # the alignment lines are columns of the cached training split
-        parts["guided_alignment"] = alignment_fingerprint(cfg.alignment_lines)
+    if alignment_lines:  # the alignment lines are columns of the cached training split
+        parts["guided_alignment"] = alignment_fingerprint(alignment_lines)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -86,15 +86,17 @@ def prepare_corpus(
     cache_dir: str | Path,
     corpus: DatasetDict | None = None,
     stats: dict | None = None,
+    alignment_lines: str | Path | None = None,
 ) -> DatasetDict:
     """The encoded corpus, from ``cache_dir/corpus-<key>`` if present, else built and saved there.
 
     ``corpus`` (and its cleaning ``stats``) may pass the already cleaned corpus for ``cfg`` to avoid
-    loading it twice. The cleaning stats are kept in ``seq2seq.json`` in the cache. The cache
-    is written to a temporary directory and renamed into place, so it is complete or absent.
+    loading it twice; ``alignment_lines``: guided alignment's file (``load_clean_corpus``). The cleaning
+    stats are kept in ``seq2seq.json`` in the cache. The cache is written to a temporary directory and
+    renamed into place, so it is complete or absent.
     """
     cache_dir = Path(cache_dir)
-    target = cache_dir / f"corpus-{cache_key(cfg, tokenizer)}"
+    target = cache_dir / f"corpus-{cache_key(cfg, tokenizer, alignment_lines)}"
     if target.is_dir():
         try:
             cached = _load_checked(target)
@@ -105,7 +107,7 @@ def prepare_corpus(
                         type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
             shutil.rmtree(target, ignore_errors=True)
     if corpus is None:
-        corpus, stats = load_clean_corpus(cfg)
+        corpus, stats = load_clean_corpus(cfg, alignment_lines)
     encoded = encode_corpus(corpus, tokenizer, cfg.num_proc)
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=cache_dir, prefix=f".{target.name}."))
@@ -130,10 +132,11 @@ def prepare_corpus(
 
 
 def prepare_data(
-    cfg: DataConfig, tokenizer_path: str | Path, cache_dir: str | Path, tokenizer: Tokenizer | None = None
+    cfg: DataConfig, tokenizer_path: str | Path, cache_dir: str | Path, tokenizer: Tokenizer | None = None,
+    alignment_lines: str | Path | None = None,
 ) -> tuple[Tokenizer, DatasetDict]:
     """Tokenizer (``tokenizer`` when given, else reused or trained on the cleaned training split) and
-    the encoded corpus.
+    the encoded corpus (its training pairs with their lines of ``alignment_lines``, guided alignment's file).
 
     The corpus is loaded at most once, and not at all when both tokenizer and cache are reusable;
     a large local corpus's temporary Arrow copy (``raw_dir``) is removed afterwards.
@@ -142,7 +145,7 @@ def prepare_data(
 
     def train_texts():
         if not loaded:
-            loaded.append(load_clean_corpus(cfg))
+            loaded.append(load_clean_corpus(cfg, alignment_lines))
         return corpus_texts(loaded[0][0]["train"])
 
     scratch = raw_dir(cfg)
@@ -152,6 +155,7 @@ def prepare_data(
             data_fingerprint=corpus_fingerprint(cfg), given=tokenizer,
         )
         corpus, stats = loaded[0] if loaded else (None, None)
-        return tokenizer, prepare_corpus(cfg, tokenizer, cache_dir, corpus=corpus, stats=stats)
+        return tokenizer, prepare_corpus(cfg, tokenizer, cache_dir, corpus=corpus, stats=stats,
+                                         alignment_lines=alignment_lines)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -40,7 +40,7 @@ class TranslatorSetup:
 @dataclass(frozen=True)
 class ModelOrigin:
     """Where a Translator's model came from: its checkpoint files (an ensemble's members), the (layer,
-    heads) that guided alignment trained to align (``RunConfig.supervised_attention``, read by default
+    heads) that guided alignment trained to align (``GuidedConfig.supervised_attention``, read by default
     by the alignment export, ``seq2seq align`` and ``serve``: ``AlignConfig.for_model``), and the
     (source, target) languages it was trained on (``data.src`` / ``data.tgt``)."""
 

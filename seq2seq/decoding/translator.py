@@ -184,7 +184,7 @@ class Translator:
         wanted = compile_pays(dev, precision) if compile is None else compile
         compiled = compile_decoding(model, setup.compile_cache) if wanted and search is None else False
         origin = ModelOrigin(checkpoints=tuple(str(p.path if isinstance(p, LoadedCheckpoint) else p) for p in paths),
-                             supervised_attention=config.supervised_attention(),  # an ensemble's: its first's
+                             supervised_attention=config.guided.supervised_attention(),  # an ensemble's: its first's
                              languages=(config.data.src, config.data.tgt))
         return cls(model, tokenizer, decode, shortlist, search, compiled, setup.compile_cache, origin)
 

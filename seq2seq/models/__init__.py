@@ -10,7 +10,7 @@ __all__ = ["EncoderDecoder", "build_model", "select_batch"]
 
 def build_model(cfg: ModelConfig, full_context_layer: int | None = None) -> EncoderDecoder:
     """Validate ``cfg`` and build the initialised model it describes (architecture defaults filled in);
-    ``full_context_layer`` (a Transformer's, ``RunConfig.full_context_layer``): the decoder layer whose
+    ``full_context_layer`` (a Transformer's, ``GuidedConfig.full_context_layer``): the decoder layer whose
     cross-attention ``forward`` returns computed with the whole target visible."""
     cfg = cfg.with_arch_defaults()
     cfg.validate()

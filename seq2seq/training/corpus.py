@@ -14,7 +14,6 @@ The training process reads the cached corpus memory-mapped: only the token-id co
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from datasets import DatasetDict, IterableDataset
 
 from ..alignment.guided import GuidedAlignments
 from ..alignment.links import to_pharaoh
-from ..config import DataConfig, RunConfig
+from ..config import RunConfig
 from ..data import Batch, TokenBatchSampler, TokenColumns, make_batches, prepare_data
 from ..data.corpus import corpus_fingerprint, load_corpus
 from ..data.shapes import pad_to_shape
@@ -143,7 +142,7 @@ def prepare_run_corpus(cfg: RunConfig, output_dir: Path, quiet: bool = False,
     if cfg.data.streaming and cfg.data.subword_alpha:
         raise UserError("--subword-alpha samples a segmentation of the whole training split per epoch; it "
                         "needs a prepared corpus, not --streaming")
-    if cfg.data.streaming and cfg.data.alignment_lines:
+    if cfg.data.streaming and cfg.guided.alignment_lines:
         raise UserError("--guided-alignment pairs each training pair with its alignment line by position in the "
                         "training data; it needs a prepared corpus, not --streaming")
     if cfg.data.streaming:
@@ -155,38 +154,36 @@ def prepare_run_corpus(cfg: RunConfig, output_dir: Path, quiet: bool = False,
             **{f"{name}_pairs": len(data) for name, data in splits.items()})
         return StreamingCorpus(tokenizer, splits, cfg.data.max_tokens, cfg.train.seed, rank, world,
                                fixed_shapes=bool(cfg.data.fixed_shapes), stream=stream, window=cfg.data.stream_window)
-    data = dataclasses.replace(cfg.data, guided_alignment=str(alignment_file(cfg.data))) \
-        if cfg.data.alignment_lines else cfg.data
+    lines = alignment_file(cfg) if cfg.guided.alignment_lines else None
     tokenizer, splits = distributed.main_first(lambda: _reuse_main(tokenizer_path, lambda: prepare_data(
-        _with_computed_alignments(cfg.data, data), tokenizer_path, cfg.data.cache_dir, tokenizer=given)))
+        cfg.data, tokenizer_path, cfg.data.cache_dir, tokenizer=given, alignment_lines=_computed(cfg, lines))))
     if len(splits["train"]) == 0:
         raise UserError("the training split is empty; check --data-dir / --train-file and the filters")
     log("corpus", quiet=quiet, vocab=tokenizer.vocab_size,
         **{f"{name}_pairs": len(data) for name, data in splits.items()})
     guided = None
-    if cfg.data.alignment_lines:
-        guided = GuidedAlignments.from_split(splits["train"], tokenizer, data.guided_alignment,
-                                             null=cfg.train.guided_unaligned == "eos")
+    if lines is not None:
+        guided = GuidedAlignments.from_split(splits["train"], tokenizer, str(lines),
+                                             null=cfg.guided.unaligned == "eos")
     return PreparedCorpus(tokenizer, splits, cfg.data.max_tokens, cfg.train.seed, rank, world,
                           subword_alpha=cfg.data.subword_alpha, guided=guided, fixed_shapes=bool(cfg.data.fixed_shapes))
 
 
-def alignment_file(data: DataConfig) -> Path:
+def alignment_file(cfg: RunConfig) -> Path:
     """The Pharaoh file of ``--guided-alignment``: the one given, or with ``eflomal`` the links computed
     for the training pairs, kept in the cache directory under the corpus fingerprint (``cache_dir /
     guided-eflomal-<fingerprint>.talp``)."""
-    if data.guided_alignment != EFLOMAL:
-        return Path(data.guided_alignment)
-    return Path(data.cache_dir) / f"guided-eflomal-{corpus_fingerprint(data)[:20]}.talp"
+    if cfg.guided.links != EFLOMAL:
+        return Path(cfg.guided.links)
+    return Path(cfg.data.cache_dir) / f"guided-eflomal-{corpus_fingerprint(cfg.data)[:20]}.talp"
 
 
-def _with_computed_alignments(given: DataConfig, data: DataConfig) -> DataConfig:
-    """``data`` (``given`` with its alignment file), after computing that file with eflomal on the raw
-    training pairs if ``given`` asks for it and the cache has none, or a damaged one: a file whose lines
-    are not the count its manifest recorded (rank 0 only: ``main_first``)."""
-    if given.guided_alignment != EFLOMAL:
-        return data
-    path = Path(data.guided_alignment)
+def _computed(cfg: RunConfig, path: Path | None) -> Path | None:
+    """``path`` (the run's alignment file, or None), after computing it with eflomal on the raw training pairs
+    if the run asks for it and the cache has none, or a damaged one: a file whose lines are not the count its
+    manifest recorded (rank 0 only: ``main_first``)."""
+    if path is None or cfg.guided.links != EFLOMAL:
+        return path
     manifest = path.with_suffix(".json")  # {"lines": training pairs}, written after the links
     if path.is_file() and manifest.is_file():
         text, pairs = path.read_bytes(), json.loads(manifest.read_text(encoding="utf-8"))["lines"]
@@ -198,7 +195,7 @@ def _with_computed_alignments(given: DataConfig, data: DataConfig) -> DataConfig
     if not path.is_file():
         from ..alignment.eflomal import eflomal_links
 
-        train = load_corpus(given)["train"]  # line N of the file = raw training pair N, as for a given file
+        train = load_corpus(cfg.data)["train"]  # line N of the file = raw training pair N, as for a given file
         log("guided_alignment", computing="eflomal", pairs=len(train), output=path)
         links = eflomal_links(list(train["src"]), list(train["tgt"]))
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -206,7 +203,7 @@ def _with_computed_alignments(given: DataConfig, data: DataConfig) -> DataConfig
             out.writelines(to_pharaoh(pair) + "\n" for pair in links)
         with atomic_output(manifest) as out:
             out.write(json.dumps({"lines": len(links)}) + "\n")
-    return data
+    return path
 
 
 def _reuse_main(tokenizer_path: Path, prepare: Callable[[], T]) -> T:

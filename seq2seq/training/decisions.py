@@ -1,14 +1,15 @@
 """When a training run logs, validates, saves and stops: plain functions of its progress (``Progress``:
-steps, epochs, the run's clock summed over sessions, the best BLEU) and its ``TrainConfig``, each rule
+steps, epochs, the run's clock summed over sessions, the best BLEU) and its config (the limits and log rhythm of
+``train``, the validation rhythm and patience of ``eval``, the periodic saves of ``checkpoint``), each rule
 stated once and testable without a model. ``Trainer`` asks them; in a distributed run rank 0's clock
 decides and every rank follows (``distributed.agree``).
 
-Validation: every ``eval_every`` steps and/or at the first step after each multiple of
-``eval_every_minutes`` of the run's clock (a fixed grid: resumes and the validations themselves do not
+Validation: every ``eval.every`` steps and/or at the first step after each multiple of
+``eval.every_minutes`` of the run's clock (a fixed grid: resumes and the validations themselves do not
 shift it), and once more at the end if the last step was not validated. ``last.pt``: at every
-validation, every ``save_every`` steps or ``save_every_minutes`` of wall time, and at the end. Stops:
-``max_steps``, ``max_epochs``, ``max_minutes`` (the run's clock), ``patience`` validations without a
-better BLEU (early stopping), or an interrupt. A run that a limit stops after fewer than ``FEW_UPDATES``
+validation, every ``checkpoint.save_every`` steps or ``checkpoint.save_every_minutes`` of wall time, and at the
+end. Stops: ``train.max_steps``, ``max_epochs``, ``max_minutes`` (the run's clock), ``eval.patience`` validations
+without a better BLEU (early stopping), or an interrupt. A run that a limit stops after fewer than ``FEW_UPDATES``
 updates is warned about (``few_updates_warning``): its model cannot translate yet.
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..config import TrainConfig
+from ..config import RunConfig
 
 #: Fewer updates than this and a run's model has not learnt to translate: the toy preset trains 1,000 for its
 #: test BLEU of 100 (docs/guides/training.md), a Multi30k run thousands; after a few dozen the outputs are
@@ -29,77 +30,78 @@ LONGER = {"max_minutes": "a larger --max-minutes (on a slow or busy machine each
           "max_epochs": "a larger --max-epochs, or --max-steps N", "early_stopping": "a larger --patience"}
 
 
-def limit_reached(progress: Any, train: TrainConfig) -> str:
+def limit_reached(progress: Any, cfg: RunConfig) -> str:
     """The step or epoch limit a run (a resumed one) has already reached, or ""."""
-    if train.max_steps and progress.step >= train.max_steps:
+    if cfg.train.max_steps and progress.step >= cfg.train.max_steps:
         return "max_steps"
-    if train.max_epochs and progress.epoch >= train.max_epochs:
+    if cfg.train.max_epochs and progress.epoch >= cfg.train.max_epochs:
         return "max_epochs"
     return ""
 
 
-def stop_reason(progress: Any, train: TrainConfig, out_of_time: bool, interrupted: bool) -> str:
+def stop_reason(progress: Any, cfg: RunConfig, out_of_time: bool, interrupted: bool) -> str:
     """Why the run stops after this step ("" to go on), in order of precedence: an interrupt, the step
     limit, the time limit (``out_of_time``: the run's clock passed ``max_minutes``), early stopping."""
     if interrupted:
         return "interrupted"
-    if train.max_steps and progress.step >= train.max_steps:
+    if cfg.train.max_steps and progress.step >= cfg.train.max_steps:
         return "max_steps"
     if out_of_time:
         return "max_minutes"
-    if train.patience and progress.evals_without_improvement >= train.patience:
+    if cfg.eval.patience and progress.evals_without_improvement >= cfg.eval.patience:
         return "early_stopping"
     return ""
 
 
-def out_of_time(elapsed: float, train: TrainConfig) -> bool:
+def out_of_time(elapsed: float, cfg: RunConfig) -> bool:
     """Whether the run's clock (seconds, summed over sessions) has passed ``max_minutes``."""
-    return bool(train.max_minutes) and elapsed >= train.max_minutes * 60
+    return bool(cfg.train.max_minutes) and elapsed >= cfg.train.max_minutes * 60
 
 
-def device_read_due(next_step: int, train: TrainConfig) -> bool:
+def device_read_due(next_step: int, cfg: RunConfig) -> bool:
     """Whether step ``next_step`` logs or validates, so the loop waits for the device there (its backlog
     counts as training time where throughput is read)."""
-    return next_step % max(train.log_every, 1) == 0 or validation_due_by_step(next_step, train)
+    return next_step % max(cfg.train.log_every, 1) == 0 or validation_due_by_step(next_step, cfg)
 
 
-def log_due(step: int, train: TrainConfig) -> bool:
-    """Whether step ``step`` logs the training loss (``log_every``)."""
-    return step % max(train.log_every, 1) == 0
+def log_due(step: int, cfg: RunConfig) -> bool:
+    """Whether step ``step`` logs the training loss (``train.log_every``)."""
+    return step % max(cfg.train.log_every, 1) == 0
 
 
-def validation_due_by_step(step: int, train: TrainConfig) -> bool:
-    """``eval_every``: whether step ``step`` validates."""
-    return bool(train.eval_every) and step % train.eval_every == 0
+def validation_due_by_step(step: int, cfg: RunConfig) -> bool:
+    """``eval.every``: whether step ``step`` validates."""
+    return bool(cfg.eval.every) and step % cfg.eval.every == 0
 
 
-def clock_slot(elapsed: float, train: TrainConfig) -> int:
-    """How many whole ``eval_every_minutes`` intervals the run's clock has passed (0 without them)."""
-    return int(elapsed // (train.eval_every_minutes * 60 or math.inf))
+def clock_slot(elapsed: float, cfg: RunConfig) -> int:
+    """How many whole ``eval.every_minutes`` intervals the run's clock has passed (0 without them)."""
+    return int(elapsed // (cfg.eval.every_minutes * 60 or math.inf))
 
 
-def validation_due_by_clock(elapsed: float, train: TrainConfig, validated_slot: int) -> bool:
-    """``eval_every_minutes``: whether the run's clock has entered a later slot of the grid than the last
+def validation_due_by_clock(elapsed: float, cfg: RunConfig, validated_slot: int) -> bool:
+    """``eval.every_minutes``: whether the run's clock has entered a later slot of the grid than the last
     validation's (``validated_slot``)."""
-    return bool(train.eval_every_minutes) and clock_slot(elapsed, train) > validated_slot
+    return bool(cfg.eval.every_minutes) and clock_slot(elapsed, cfg) > validated_slot
 
 
-def final_validation_due(step: int, validated_step: int, train: TrainConfig) -> bool:
+def final_validation_due(step: int, validated_step: int, cfg: RunConfig) -> bool:
     """Whether a run that stops at ``step`` validates once more: it validates at all, and neither did this
-    step already (``validated_step``) nor would ``eval_every`` have."""
-    validating = bool(train.eval_every or train.eval_every_minutes)
-    return validating and step != validated_step and not validation_due_by_step(step, train)
+    step already (``validated_step``) nor would ``eval.every`` have."""
+    validating = bool(cfg.eval.every or cfg.eval.every_minutes)
+    return validating and step != validated_step and not validation_due_by_step(step, cfg)
 
 
-def save_due_by_clock(seconds_since_save: float, train: TrainConfig) -> bool:
-    """``save_every_minutes``: whether ``last.pt`` is older than that."""
-    return bool(train.save_every_minutes) and seconds_since_save >= train.save_every_minutes * 60
+def save_due_by_clock(seconds_since_save: float, cfg: RunConfig) -> bool:
+    """``checkpoint.save_every_minutes``: whether ``last.pt`` is older than that."""
+    return bool(cfg.checkpoint.save_every_minutes) and seconds_since_save >= cfg.checkpoint.save_every_minutes * 60
 
 
-def periodic_save_due(step: int, saved_step: int, train: TrainConfig, due_by_clock: bool) -> bool:
-    """Whether step ``step`` writes ``last.pt`` between validations: ``save_every`` steps or the clock
+def periodic_save_due(step: int, saved_step: int, cfg: RunConfig, due_by_clock: bool) -> bool:
+    """Whether step ``step`` writes ``last.pt`` between validations: ``checkpoint.save_every`` steps or the clock
     (``save_due_by_clock``), unless this step already wrote it (``saved_step``)."""
-    due = due_by_clock or bool(train.save_every) and step % train.save_every == 0
+    every = cfg.checkpoint.save_every
+    due = due_by_clock or bool(every) and step % every == 0
     return due and step != saved_step
 
 

@@ -1,18 +1,18 @@
 """Guided alignment training (Garg et al. 2019): the run's supervised attention and its loss term.
 
-With ``data.guided_alignment`` the training objective of a batch becomes
+With ``guided.links`` (``--guided-alignment``) the training objective of a batch becomes
 
     L = sum_t CE_ls(y_t) + lambda * sum_t KL(g_t || a_t)
 
 divided by the step's target tokens (both terms alike, so ranks and accumulation compute the same
-update as one process: ``Trainer.train_step``), where a_t is the mean of heads ``train.guided_heads``
-of decoder layer ``train.guided_layer``'s cross-attention at target position t and g_t the gold row
+update as one process: ``Trainer.train_step``), where a_t is the mean of heads ``guided.heads``
+of decoder layer ``guided.layer``'s cross-attention at target position t and g_t the gold row
 (``seq2seq.alignment.guided``; the loss: ``seq2seq.nn.alignment_loss``). lambda is
-``train.guided_alignment_weight`` (0.05 by default, as in the paper). Only that layer computes its
+``guided.weight`` (0.05 by default, as in the paper). Only that layer computes its
 attention weights explicitly; the others keep the fused kernel where it is used.
 
 With ``--guided-alignment self`` (``SelfGuidance``) g_t comes from the model itself: for the first
-``train.self_guidance_warmup`` steps there is no alignment term; after them each batch's gold rows are the
+``guided.self_warmup`` steps there is no alignment term; after them each batch's gold rows are the
 links the model exports for that batch now (its supervised heads, read in a teacher pass without dropout
 or gradient, full context where the model has it, grow links: ``alignment.guided.own_gold``), so the
 supervision follows the model as it trains, and a resumed run computes the same gold from the same
@@ -45,16 +45,17 @@ class GuidedTraining:
 
     @classmethod
     def for_run(cls, cfg: RunConfig, model: EncoderDecoder) -> "GuidedTraining | None":
-        """None without ``data.guided_alignment``; else the layer and heads checked against the model."""
-        if not cfg.data.guided_alignment:
+        """None without ``guided.links``; else the layer and heads checked against the model."""
+        guided = cfg.guided
+        if not guided.links:
             return None
         try:
-            layer = resolve_layer(cfg.train.guided_layer, model.attention_layers)
-            heads = head_indices(list(cfg.train.guided_heads), model.attention_heads)
+            layer = resolve_layer(guided.layer, model.attention_layers)
+            heads = head_indices(list(guided.heads), model.attention_heads)
         except UserError as exc:
-            raise UserError(f"--guided-layer {cfg.train.guided_layer} / --guided-heads "
-                            f"{' '.join(map(str, cfg.train.guided_heads))}: {exc}") from None
-        return cls(int(layer), heads, cfg.train.guided_alignment_weight)
+            raise UserError(f"--guided-layer {guided.layer} / --guided-heads "
+                            f"{' '.join(map(str, guided.heads))}: {exc}") from None
+        return cls(int(layer), heads, guided.weight)
 
     def loss(self, attention: torch.Tensor | None, gold: torch.Tensor | None) -> torch.Tensor:
         """sum_t KL(g_t || a_t) of a batch: ``attention`` (B, 1, H, T, S) from ``forward(...,
@@ -75,10 +76,10 @@ class SelfGuidance:
 
     @classmethod
     def for_run(cls, cfg: RunConfig, guided: GuidedTraining | None, tokenizer: Tokenizer) -> "SelfGuidance | None":
-        """None unless the run guides itself (``data.guided_alignment`` 'self')."""
-        if guided is None or cfg.data.guided_alignment != SELF_GUIDANCE:
+        """None unless the run guides itself (``guided.links`` 'self')."""
+        if guided is None or cfg.guided.links != SELF_GUIDANCE:
             return None
-        return cls(guided, tokenizer, cfg.train.self_guidance_warmup)
+        return cls(guided, tokenizer, cfg.guided.self_warmup)
 
     @torch.no_grad()
     def gold(self, model: EncoderDecoder, batch: Batch, step: int) -> torch.Tensor | None:

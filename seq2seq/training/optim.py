@@ -17,13 +17,13 @@ from ..tokenizer import PAD_ID
 
 def default_lr(cfg: RunConfig) -> float:
     """Peak learning rate: ``--lr`` (checkpoints written before it had a default stored 0 = 1e-3)."""
-    return cfg.train.lr if cfg.train.lr > 0 else 1e-3
+    return cfg.optim.lr if cfg.optim.lr > 0 else 1e-3
 
 
 def schedule_kind(cfg: RunConfig) -> str:
     """The resolved schedule; 'auto' (older checkpoints) means the architecture's."""
-    if cfg.train.schedule not in (None, "auto"):
-        return cfg.train.schedule
+    if cfg.schedule.kind not in (None, "auto"):
+        return cfg.schedule.kind
     return "inverse-sqrt" if cfg.model.arch == "transformer" else "plateau"
 
 
@@ -41,7 +41,7 @@ class OptimizerSettings:
     @classmethod
     def of_run(cls, cfg: RunConfig) -> OptimizerSettings:
         """A run's optimizer (``cfg`` resolved): ``--optimizer``, ``--lr``, ``--betas``, ``--weight-decay``."""
-        return cls(cfg.train.optimizer, default_lr(cfg), tuple(cfg.train.betas), cfg.train.weight_decay)
+        return cls(cfg.optim.kind, default_lr(cfg), tuple(cfg.optim.betas), cfg.optim.weight_decay)
 
 
 def build_optimizer(model: torch.nn.Module, settings: OptimizerSettings) -> torch.optim.Optimizer:
@@ -84,7 +84,7 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: RunConfig, clock: Cal
     training"): the rate stays high while the model moves far, and the last updates settle it. With a
     time budget the rate at each update follows the clock, so two runs differ as their speeds do."""
     kind = schedule_kind(cfg)
-    warmup = max(1, cfg.train.warmup_steps or 0)
+    warmup = max(1, cfg.schedule.warmup_steps or 0)
     if kind == "inverse-sqrt":
         return torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: min((step + 1) / warmup, math.sqrt(warmup / (step + 1)))
@@ -96,7 +96,7 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: RunConfig, clock: Cal
         )
     if kind == "plateau":
         return torch.optim.lr_scheduler.ReduceLROnPlateau(
-            optimizer, mode="min", factor=cfg.train.plateau_factor, patience=cfg.train.plateau_patience
+            optimizer, mode="min", factor=cfg.schedule.plateau_factor, patience=cfg.schedule.plateau_patience
         )
     if kind == "constant":
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)

@@ -57,7 +57,7 @@ def train(cfg: RunConfig, resume: bool = False, quiet: bool = False, final_test:
     Under ``torchrun`` every process calls this: it joins the process group, trains its shard and
     leaves; rank 0 prepares the corpus first, the others then load it (see ``seq2seq.training.distributed``).
     """
-    cfg = cfg.resolved()  # the architecture's defaults, as `seq2seq train` fills them in
+    cfg = cfg.resolved()  # the architecture's defaults as `seq2seq train` fills them in (its config: resolved once)
     with distributed.process_group(resolve_device(cfg.train.device)):
         return _train(cfg, resume, quiet, final_test)
 
@@ -227,9 +227,10 @@ def test_best_checkpoint(trainer: Trainer, out: Path, beam_size: int = 5, plots:
 
 
 def _resumed_config(cfg: RunConfig, out: Path) -> RunConfig:
-    """The checkpoint's config, with this invocation's stopping limits and device."""
+    """The checkpoint's config, with this invocation's stopping limits and device (``RESUME_FIELDS``)."""
     saved = LoadedCheckpoint.read(out / "last.pt").config
-    for name in RESUME_FIELDS:
-        setattr(saved.train, name, getattr(cfg.train, name))
+    for key in RESUME_FIELDS:
+        section, name = key.split(".")
+        setattr(getattr(saved, section), name, getattr(getattr(cfg, section), name))
     saved.output_dir = str(out)
     return saved

@@ -5,9 +5,9 @@ for the RNN, or warmup + linear decay to zero at the end of the budget; label-sm
 over target tokens, plus optional attention terms: with
 ``--guided-alignment`` an alignment loss on one layer's cross-attention (``guided.py``), and a
 cross-attention entropy penalty (``attention_entropy.py``); gradient clipping and accumulation;
-autocast precision; validation loss and BLEU every ``eval_every`` steps and/or every
-``eval_every_minutes`` of the run's clock; early stopping on BLEU;
-``best.pt`` and ``last.pt`` written atomically (``last.pt`` also every ``save_every`` steps or
+autocast precision; validation loss and BLEU every ``eval.every`` steps and/or every
+``eval.every_minutes`` of the run's clock; early stopping on BLEU;
+``best.pt`` and ``last.pt`` written atomically (``last.pt`` also every ``checkpoint.save_every`` steps or
 ``save_every_minutes``, so a killed run loses at most that much); the best / newest snapshots kept in
 ``RUN/checkpoints/`` for ``seq2seq average`` (``keep_best``, ``keep_last``: ``kept.py``); exact
 resume; Ctrl-C leaves a resumable checkpoint.
@@ -103,10 +103,10 @@ class Trainer:
         self.corpus = corpus
         self.quiet = quiet
         self.device = distributed.local_device(resolve_device(cfg.train.device))
-        self.cfg = cfg = cfg.resolved(self.device.type)  # a no-op for a resolved config (``train`` resolves)
+        self.cfg = cfg = cfg.resolved(self.device.type)  # an equal copy of a resolved config (``train`` resolves)
         self.rank, self.world, self.main = distributed.rank(), distributed.world_size(), distributed.is_main()
         self.out = Path(cfg.output_dir)
-        self.model = build_model(cfg.model, cfg.full_context_layer()).to(self.device)
+        self.model = build_model(cfg.model, cfg.guided.full_context_layer(cfg.model)).to(self.device)
         self.guided = GuidedTraining.for_run(cfg, self.model)  # guided alignment: the supervised attention
         self.self_guidance = SelfGuidance.for_run(cfg, self.guided, corpus.tokenizer)  # its gold from the model
         self._guided_loss = torch.zeros(())  # this rank's guided loss per target token at the last step
@@ -127,16 +127,16 @@ class Trainer:
         self._scale = self.scaler.get_scale()  # the fp16 loss scale after the last step (1.0 when off)
         self._skipped_in_epoch = 0  # fp16 steps of this epoch skipped for overflow
         self._stop_requests = distributed.StopRequests()  # torchrun: signals stop all ranks together
-        self.kept = KeptCheckpoints(self.out, cfg.train.keep_last, cfg.train.keep_best)
+        self.kept = KeptCheckpoints(self.out, cfg.checkpoint.keep_last, cfg.checkpoint.keep_best)
         self.tensorboard = TensorBoardLog(cfg.train.tensorboard, enabled=self.main)
         self._saved_at, self._saved_step = time.time(), -1  # the last write of last.pt
         self._writing: str | None = None  # the checkpoint being written, while it is
         self._validated_step, self._validated_slot = -1, 0  # the step and clock slot of the last validation
         autocast(self.device, self.precision)  # validate --precision early
         self.ddp = distributed.wrap_model(self.model, self.device)  # the model itself in one process
-        self.objective = Objective(self.ddp, cfg.train.label_smoothing, self.guided, self.entropy_penalty,
+        self.objective = Objective(self.ddp, cfg.optim.label_smoothing, self.guided, self.entropy_penalty,
                                    lambda: autocast(self.device, self.precision))
-        self.step_objective = objective_runner(self.objective, cfg.train.compile, self.device, cfg.train.accumulate,
+        self.step_objective = objective_runner(self.objective, cfg.train.compile, self.device, cfg.optim.accumulate,
                                                self.world)
 
     # ----------------------------------------------------------------- state
@@ -188,7 +188,7 @@ class Trainer:
     def _periodic_save(self, due_by_clock: bool) -> None:
         """``last.pt`` when ``decisions.periodic_save_due`` (rank 0's clock, agreed by all ranks); a snapshot
         too with ``keep_last``."""
-        if not decisions.periodic_save_due(self.progress.step, self._saved_step, self.cfg.train, due_by_clock):
+        if not decisions.periodic_save_due(self.progress.step, self._saved_step, self.cfg, due_by_clock):
             return
         self._save_last()
         if self.main and self.kept.keep_last:
@@ -204,7 +204,7 @@ class Trainer:
         self.progress = Progress(**payload["progress"])
         self.progress.stopped = ""
         self._schedule_clock = self.progress.elapsed
-        self._validated_slot = decisions.clock_slot(self.progress.elapsed, self.cfg.train)
+        self._validated_slot = decisions.clock_slot(self.progress.elapsed, self.cfg)
         self._restore_rng(payload)
         self._reshard_position()
 
@@ -254,7 +254,7 @@ class Trainer:
     def _run_epochs(self, bar, session_start: float) -> None:
         """Epochs until a stop: limits, early stopping, or a stop request agreed by all ranks. A resumed
         run that already reached its step or epoch limit takes no further step."""
-        self.progress.stopped = decisions.limit_reached(self.progress, self.cfg.train)
+        self.progress.stopped = decisions.limit_reached(self.progress, self.cfg)
         while not self.progress.stopped:
             first_step, whole_epoch = self.progress.step, self.progress.batch_in_epoch == 0
             self._skipped_in_epoch = 0
@@ -269,7 +269,7 @@ class Trainer:
         t0 = time.time()
         loss, tokens = self.train_step(group)
         p = self.progress
-        if decisions.device_read_due(p.step + 1, self.cfg.train):
+        if decisions.device_read_due(p.step + 1, self.cfg):
             synchronize(self.device)  # the device's backlog counts as training time where throughput is read
         p.train_seconds += time.time() - t0
         p.tgt_tokens += tokens
@@ -284,14 +284,14 @@ class Trainer:
         self._after_step(loss, tokens, bar)
 
     def _end_epoch(self, no_step: bool) -> None:
-        p, tc = self.progress, self.cfg.train
+        p, cfg = self.progress, self.cfg
         if no_step and self._skipped_in_epoch:  # every step of the epoch overflowed: would loop forever
             raise UserError(_ALL_SKIPPED.format(epoch=p.epoch, skipped=self._skipped_in_epoch, scale=self._scale))
         if no_step:  # would loop forever
-            raise UserError(_NO_STEP.format(epoch=p.epoch, groups=tc.accumulate))
+            raise UserError(_NO_STEP.format(epoch=p.epoch, groups=cfg.optim.accumulate))
         p.epoch += 1
         p.batch_in_epoch = 0
-        p.stopped = decisions.limit_reached(p, tc)
+        p.stopped = decisions.limit_reached(p, cfg)
 
     def _final_checkpoints(self) -> None:
         if self.progress.stopped == "interrupted":
@@ -301,7 +301,7 @@ class Trainer:
                 else:  # KeyboardInterrupt in one process: wherever it struck, no collective
                     self.save("last.pt")
         else:
-            if decisions.final_validation_due(self.progress.step, self._validated_step, self.cfg.train):
+            if decisions.final_validation_due(self.progress.step, self._validated_step, self.cfg):
                 self._evaluate_and_checkpoint()
             self._save_last()
         if self.main and not (self.out / "best.pt").exists():
@@ -315,7 +315,7 @@ class Trainer:
         group = []
         for batch in batches:
             group.append(batch)
-            if len(group) == self.cfg.train.accumulate:
+            if len(group) == self.cfg.optim.accumulate:
                 yield group
                 group = []
 
@@ -352,8 +352,8 @@ class Trainer:
             total_entropy += terms.entropy
         self.attention_entropy = total_entropy / max(total_tokens, 1) if self.entropy_penalty.active else None
         self.scaler.unscale_(self.optimizer)
-        if self.cfg.train.clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip_norm)
+        if self.cfg.optim.clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.clip_norm)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
@@ -371,10 +371,10 @@ class Trainer:
         return total_loss / max(total_tokens, 1), total_tokens
 
     def _after_step(self, rank_loss: torch.Tensor, tokens: int, bar) -> None:
-        p, tc = self.progress, self.cfg.train
+        p, cfg = self.progress, self.cfg
         lr = self.optimizer.param_groups[0]["lr"]
         bar.update(1)
-        if decisions.log_due(p.step, tc):  # the only place the loop waits for the device's loss
+        if decisions.log_due(p.step, cfg):  # the only place the loop waits for the device's loss
             # each read waits for the device: only the terms this run has (guided: unweighted; entropy: nats)
             named = (("guided_loss", self._guided_loss if self.guided else None),
                      ("attention_entropy", self.attention_entropy))
@@ -388,18 +388,18 @@ class Trainer:
                                 "tokens_per_s": tok_s, "elapsed": p.elapsed})
             if self.quiet:
                 log("train", step=p.step, epoch=p.epoch, loss=loss, **extra, lr=lr, tok_s=round(tok_s))
-        if decisions.validation_due_by_step(p.step, tc):
+        if decisions.validation_due_by_step(p.step, cfg):
             self._evaluate_and_checkpoint()
 
     def _should_stop(self) -> bool:
-        p, tc = self.progress, self.cfg.train
+        p, cfg = self.progress, self.cfg
         # rank 0's clock decides the time limits and the schedule's budget; a stop request on any rank stops
         # all (StopRequests)
         (out_of_time, interrupted, save_due, eval_due), self._schedule_clock = distributed.agree(
-            [self.main and decisions.out_of_time(p.elapsed, tc), self._stop_requests.requested,
-             self.main and decisions.save_due_by_clock(time.time() - self._saved_at, tc),
-             self.main and decisions.validation_due_by_clock(p.elapsed, tc, self._validated_slot)], p.elapsed)
-        p.stopped = decisions.stop_reason(p, tc, out_of_time, interrupted)
+            [self.main and decisions.out_of_time(p.elapsed, cfg), self._stop_requests.requested,
+             self.main and decisions.save_due_by_clock(time.time() - self._saved_at, cfg),
+             self.main and decisions.validation_due_by_clock(p.elapsed, cfg, self._validated_slot)], p.elapsed)
+        p.stopped = decisions.stop_reason(p, cfg, out_of_time, interrupted)
         if interrupted:
             self._stop_requests.requested = True
             log("interrupted", step=p.step, checkpoint=self.out / "last.pt")
@@ -412,7 +412,7 @@ class Trainer:
     # ----------------------------------------------------------------- evaluation
     def _evaluate_and_checkpoint(self) -> None:
         p = self.progress
-        self._validated_step, self._validated_slot = p.step, decisions.clock_slot(p.elapsed, self.cfg.train)
+        self._validated_step, self._validated_slot = p.step, decisions.clock_slot(p.elapsed, self.cfg)
         scores = distributed.broadcast(self.validate() if self.main else None)  # the others wait
         if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
             self.scheduler.step(scores["loss"])
@@ -430,7 +430,7 @@ class Trainer:
 
     @torch.inference_mode()
     def validate(self) -> dict[str, float]:
-        """Teacher-forced loss/perplexity and BLEU of greedy (or ``eval_beam_size``) decoding."""
+        """Teacher-forced loss/perplexity and BLEU of greedy (or ``eval.beam_size``) decoding."""
         self.model.eval()
         loss_sum, tokens = torch.zeros((), device=self.device), 0
         for batch in self.corpus.eval_batches("validation"):
@@ -439,9 +439,9 @@ class Trainer:
                 logits, _ = self.model(batch.src, batch.src_mask, batch.tgt_in)
             loss_sum += sequence_loss(logits, batch.tgt_out)
             tokens += batch.num_tgt_tokens
-        sources, references = self.corpus.texts("validation", self.cfg.train.eval_max_sentences)
+        sources, references = self.corpus.texts("validation", self.cfg.eval.max_sentences)
         translator = Translator(self.model, self.corpus.tokenizer)  # decodes in IEEE fp32, leaves --tf32
-        hyps = translator.translate(sources, beam_size=self.cfg.train.eval_beam_size, need_attention=False)
+        hyps = translator.translate(sources, beam_size=self.cfg.eval.beam_size, need_attention=False)
         scores = corpus_scores([h.text for h in hyps], references, ("bleu", "chrf"))
         if self.tensorboard.writer is not None:  # the same few sentences at every validation
             self.tensorboard.attention(translator.translate(sources[: self.tensorboard.sentences], beam_size=1),
