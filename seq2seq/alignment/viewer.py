@@ -16,6 +16,12 @@ Where the matrices come from (the JS only looks them up, it computes nothing):
   Without the raw array only the export's aggregate (``subword_matrix`` / ``word_matrix``) is shown.
 * attribution: the record's ``attribution[method]`` ``subword_matrix`` / ``word_matrix``.
 
+The page is ``viewer.html`` with the renderer inlined: ``viewer.js`` (the ``AlignmentView`` class) and
+``viewer.css``, the renderer ``seq2seq serve``'s page loads too (``renderer_assets``), so both pages draw
+alignments with the same code. A sentence may also carry ``links`` (hard links per level, ``[[source i,
+target j], ...]``, outlined on hover and dotted in the heatmap of the attention view; serve's page sends
+them) and a view its own ``levels`` (labels of its own, for an attribution of a re-tokenized target).
+
 Embedded data (``<script type="application/json" id="viewer-data">``; ``<``, ``>``, ``&``, U+2028
 and U+2029 are written as ``\\uXXXX`` escapes, so no sentence can close the tag)::
 
@@ -53,7 +59,7 @@ SCALE = 1000  # weights are embedded as round(weight * SCALE): 3 decimals
 REQUIRED = ("index", "source", "target", "src_pieces", "tgt_pieces", "src_words", "tgt_words",
             "subword_matrix", "word_matrix")
 _ESCAPES = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))
-_DATA_MARK, _TITLE_MARK = "@@DATA@@", "@@TITLE@@"
+_DATA_MARK, _TITLE_MARK, _STYLE_MARK, _RENDERER_MARK = "@@DATA@@", "@@TITLE@@", "@@STYLE@@", "@@RENDERER@@"
 
 
 def embed_json(obj: Any) -> str:
@@ -123,6 +129,13 @@ def single_view(note: str, entry: dict) -> dict:
             "word": [[_weights(entry["word_matrix"])]], "subword": [[_weights(entry["subword_matrix"])]]}
 
 
+def attribution_view(method: str, entry: dict) -> dict:
+    """One attribution method's view: an export's ``attribution[method]`` entry (``Attribution.to_json``)."""
+    steps = f", {counted(entry['steps'], 'step')}" if entry.get("steps") else ""
+    versus = f", why this rather than \"{entry['contrast']}\"" if entry.get("contrast") else ""
+    return single_view(f"attribution: {method}{steps}{versus} (row-normalized importances)", entry)
+
+
 def viewer_sentence(record: dict, attention: np.ndarray | None = None) -> dict:
     """The viewer's data for one export record (``AlignmentRecord.to_json()`` or a JSONL line),
     with per-layer / per-head attention when the raw ``(L, H, T+1, S+1)`` array is given."""
@@ -142,9 +155,7 @@ def viewer_sentence(record: dict, attention: np.ndarray | None = None) -> dict:
             "attention needs the .npz beside the JSONL", record)}
     for method, entry in (record.get("attribution") or {}).items():
         _check_shapes(entry, f"attribution {method!r}: ", record)
-        steps = f", {counted(entry['steps'], 'step')}" if entry.get("steps") else ""
-        versus = f", why this rather than \"{entry['contrast']}\"" if entry.get("contrast") else ""
-        views[method] = single_view(f"attribution: {method}{steps}{versus} (row-normalized importances)", entry)
+        views[method] = attribution_view(method, entry)
     sentence = {"index": int(record["index"]), "source": str(record["source"]), "target": str(record["target"]),
                 "levels": {"word": {"src": list(record["src_words"]), "tgt": list(record["tgt_words"])},
                            "subword": {"src": list(record["src_pieces"]), "tgt": list(record["tgt_pieces"])}},
@@ -176,9 +187,24 @@ def _check_shapes(entry: dict, what: str, labels: dict | None = None) -> None:
             raise UserError(f"{what}{key} is not {rows} x {cols} ({tgt} x {src})")
 
 
+def renderer_assets() -> dict[str, str]:
+    """The renderer every alignment page shares, by file name: ``viewer.js`` (the ``AlignmentView`` class:
+    tokens shaded on hover, the heatmap, the layer / head / level / method selectors) and ``viewer.css``
+    (its styles). The static viewer inlines both; ``seq2seq serve`` serves them to its page."""
+    folder = resources.files(__package__)
+    assets = {name: folder.joinpath(name).read_text(encoding="utf-8") for name in ("viewer.js", "viewer.css")}
+    for name, text in assets.items():  # inlined in <script> / <style>: nothing may close the element
+        if any(mark in text.lower() for mark in ("</script", "</style", "<!--", "@@")):
+            raise RuntimeError(f"{name} holds '</script', '</style', '<!--' or '@@': it cannot be inlined")
+    return assets
+
+
 def _template(title: str) -> tuple[str, str]:
     text = resources.files(__package__).joinpath("viewer.html").read_text(encoding="utf-8")
     before, after = text.split(_DATA_MARK)  # split first: a title may hold any text
+    assets = renderer_assets()
+    before = before.replace(_STYLE_MARK, assets["viewer.css"].rstrip("\n"))
+    after = after.replace(_RENDERER_MARK, assets["viewer.js"].rstrip("\n"))
     return before.replace(_TITLE_MARK, html.escape(title)), after
 
 

@@ -2,9 +2,14 @@
 
     batcher.py   dynamic batching: one worker thread, concurrent requests merged into model calls
     settings.py  ServeSettings / Limits: the server's options and their defaults
+    models.py    ServedModel(s): the models served side by side, found by name
     schemas.py   the API's JSON as pydantic models (the OpenAPI description), Translation -> JSON
-    http.py      JSON error bodies and the request body limit (ASGI middleware)
-    app.py       create_app(translator, settings): POST /translate, GET /health
+    http.py      JSON error bodies, the API key and the request body limit (ASGI middleware)
+    checks.py    the limits and options every endpoint checks before it queues work
+    waiting.py   a request's work queued on the batcher and awaited (429, 503, 504)
+    app.py       create_app(translator or models, settings): POST /translate, GET /health
+    explore.py   the endpoints behind the page: GET /models, POST /alignments, POST /attribution
+    page.py      the page at / (static/: index.html, page.js, page.css) with the alignment renderer
     server.py    run_server: uvicorn on one socket, graceful shutdown on SIGINT / SIGTERM
 
 Names are imported on first use: ``Batcher`` and the settings need neither FastAPI nor uvicorn.
@@ -15,7 +20,8 @@ import importlib
 from typing import Any
 
 _EXPORTS = {"Batcher": "batcher", "BatchStats": "batcher", "QueueFull": "batcher", "BatcherClosed": "batcher",
-            "Limits": "settings", "ServeSettings": "settings", "create_app": "app", "run_server": "server"}
+            "Limits": "settings", "ServeSettings": "settings", "create_app": "app", "run_server": "server",
+            "ServedModel": "models"}
 __all__ = sorted(_EXPORTS)
 
 

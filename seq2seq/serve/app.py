@@ -1,8 +1,10 @@
-"""The FastAPI application of ``seq2seq serve``: ``POST /translate``, ``GET /health`` and the OpenAPI
-description (``/openapi.json``, browsable at ``/docs``).
+"""The FastAPI application of ``seq2seq serve``: ``POST /translate``, ``GET /health``, the endpoints
+behind the page (``GET /models``, ``POST /alignments``, ``POST /attribution``: ``explore``), the page at
+``/`` (``page``) and the OpenAPI description (``/openapi.json``, browsable at ``/docs``).
 
     app = create_app(Translator.from_checkpoint("RUN"), ServeSettings())
     uvicorn.run(app)          # or seq2seq.serve.run_server, which also shuts down gracefully
+    app = create_app([ServedModel("transformer", t), ServedModel("rnn", r)])   # side by side
 
 A request is checked (limits, options), queued on the ``Batcher`` and awaited; the event loop only
 validates and waits. The worker thread translates, builds the alignments and serializes the JSON
@@ -17,6 +19,7 @@ import dataclasses
 from contextlib import asynccontextmanager
 from dataclasses import asdict
 from functools import partial
+from typing import Sequence
 
 import torch
 from fastapi import FastAPI, HTTPException, Request, Response
@@ -24,36 +27,42 @@ from fastapi import FastAPI, HTTPException, Request, Response
 from ..io_utils import counted
 from ..version import __version__
 from ..decoding.forced_alignment import BackwardAligner
-from ..decoding.markup import mark_translations, parse
+from ..decoding.markup import mark_translations
 from ..decoding.translator import Translation, Translator
-from ..errors import UserError
 from ..models.compiled import BackgroundCompile
-from ..runtime import LOGGER
-from .batcher import Batcher, BatcherClosed, QueueFull
+from .batcher import Batcher
+from .checks import check_sentences, checked_decode, parse_markup
+from .explore import ExplainOptions, explain_batch, install_explore
 from .http import ApiKey, BodyLimit, Refused, install_error_handlers, json_bytes
+from .models import ServedModel, ServedModels, describe_arch, served_models
+from .page import install_page
 from .schemas import DecodeOptions, ErrorBody, Health, TranslateRequest, TranslateResponse, sentence_json
-from .settings import Limits, ServeSettings
+from .settings import ServeSettings
+from .waiting import submit, wait_for
+
+__all__ = ["create_app", "describe_arch", "check_sentences", "lone_sentence_threads", "translate_batch",
+           "response_bytes"]
 
 ERRORS = {code: {"model": ErrorBody, "description": text} for code, text in (
     (400, "the body is not valid JSON"), (401, "the server has an API key and the request did not carry it"),
     (413, "too many sentences, a sentence too long or a body too large"),
-    (422, "a field of the wrong type, an empty list or bad decoding options"),
+    (422, "a field of the wrong type, an empty list, bad decoding options or an unknown model"),
     (429, "the queue is full: retry after Retry-After seconds"), (500, "the model call failed"),
     (503, "the server is shutting down"), (504, "no answer within --request-timeout"))}
 
 
-def create_app(translator: Translator, settings: ServeSettings | None = None,
+def create_app(translator: Translator | Sequence[ServedModel], settings: ServeSettings | None = None,
                compiling: BackgroundCompile | None = None, backward: BackwardAligner | None = None) -> FastAPI:
-    """The app serving ``translator``; its batcher (``app.state.batcher``) runs the model in one
-    worker thread, started with the app (or by the first request) and drained when the app stops.
-    ``compiling``: the translator's compiled decoding under way, reported by ``/health``; ``backward``:
-    a target->source model whose links symmetrize each best hypothesis's alignment (``symmetrize``)."""
+    """The app serving ``translator`` (the model named ``default``), or several ``ServedModel``s side by side;
+    its batcher (``app.state.batcher``) runs every model in one worker thread, started with the app (or by the
+    first request) and drained when the app stops. ``compiling``: the translator's compiled decoding under way,
+    reported by ``/health``; ``backward``: a target->source model whose links symmetrize each best hypothesis's
+    alignment (``symmetrize``); ``ServedModel``s carry their own."""
     settings = settings or ServeSettings()
     limits = settings.limits
-    run = partial(translate_batch, translator, settings, torch.get_num_threads())
-    batcher = Batcher(run, limits.max_batch_sentences,
+    models = served_models(translator, settings.align, compiling, backward)
+    batcher = Batcher(partial(run_batch, models, settings, torch.get_num_threads()), limits.max_batch_sentences,
                       limits.max_wait_ms / 1000, limits.max_queue_sentences)
-    arch = describe_arch(translator.model)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -64,7 +73,7 @@ def create_app(translator: Translator, settings: ServeSettings | None = None,
     app = FastAPI(title="seq2seq translation API", version=__version__, lifespan=lifespan,
                   description="Neural machine translation with a seq2seq checkpoint; concurrent requests are "
                               "translated together (dynamic batching). See docs/guides/serving.md.")
-    app.state.batcher, app.state.settings = batcher, settings
+    app.state.batcher, app.state.settings, app.state.models = batcher, settings, models
     refused = Refused()
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     if settings.api_key is not None:  # outermost: a request without the key is refused before anything else
@@ -76,6 +85,7 @@ def create_app(translator: Translator, settings: ServeSettings | None = None,
         """Translate ``sentences``; per sentence the best translation, its score and the rest of the
         n-best list, with word alignments and attention when asked for."""
         check_sentences(body.sentences, limits)
+        served = models.get(body.model)
         if body.prefixes is not None and len(body.prefixes) != len(body.sentences):
             raise HTTPException(422, f"{counted(len(body.prefixes), 'prefix', 'prefixes')} for "
                                      f"{counted(len(body.sentences), 'sentence')}; give one per sentence (\"\" = none)")
@@ -83,84 +93,65 @@ def create_app(translator: Translator, settings: ServeSettings | None = None,
             raise HTTPException(422, f"{counted(len(body.constraints), 'constraint list')} for "
                                      f"{counted(len(body.sentences), 'sentence')}; give one list of phrases per "
                                      "sentence ([] = none)")
-        if body.constraints and any(body.constraints) and translator.engine is not None:
-            raise HTTPException(422, f"constraints: this server's search is {translator.engine.name}'s, which has "
+        engine = served.translator.engine
+        if body.constraints and any(body.constraints) and engine is not None:
+            raise HTTPException(422, f"constraints: this server's search is {engine.name}'s, which has "
                                      "no constrained search; start the server with --engine seq2seq to take them")
         prefixes = body.prefixes or [""] * len(body.sentences)
         constraints = [tuple(c) for c in body.constraints] if body.constraints else [()] * len(body.sentences)
         parsed = parse_markup(body)
         sentences = body.sentences if parsed is None else [text for text, _ in parsed]
-        finish = partial(response_bytes, settings=settings, alignments=body.alignments, attention=body.attention,
-                         confidence=body.confidence, markup=parsed, sources=body.sentences, backward=backward)
-        try:
-            future = batcher.submit(list(zip(sentences, prefixes, constraints)), decode_options(body, settings),
-                                    finish)
-        except QueueFull as exc:
-            raise HTTPException(429, f"the server is busy: {exc} (--max-queue-sentences); retry after "
-                                     "Retry-After seconds", headers={"Retry-After": "1"}) from None
-        except BatcherClosed:
-            raise HTTPException(503, "the server is shutting down; send the request to another instance") from None
+        own = settings if served.align is settings.align else dataclasses.replace(settings, align=served.align)
+        finish = partial(response_bytes, settings=own, alignments=body.alignments, attention=body.attention,
+                         confidence=body.confidence, markup=parsed, sources=body.sentences, backward=served.backward)
+        options = DecodeOptions(checked_decode(body, settings),
+                                need_attention=body.alignments or body.attention or body.markup is not None,
+                                need_confidence=body.confidence, model=served.name)
+        future = submit(batcher, list(zip(sentences, prefixes, constraints)), options, finish)
         content = await wait_for(future, request, limits.request_timeout)
         return Response(content, media_type="application/json", status_code=200 if content else 499)
 
     @app.get("/health", response_model=Health)
     async def health() -> Health:
-        """The model, where it runs, the queue, and how requests were batched so far."""
+        """The model(s), where they run, the queue, and how requests were batched so far."""
         jobs, sentences = batcher.queued
         stats = batcher.stats
-        return Health(status="stopping" if batcher.closing else "ok", model=translator.checkpoints, arch=arch,
-                      compiled=compiling.status if compiling else "off",
-                      engine=translator.engine.name if translator.engine is not None else "seq2seq",
-                      device=str(translator.device), precision=settings.precision, queue_requests=jobs,
+        first = models.first
+        return Health(status="stopping" if batcher.closing else "ok", model=first.translator.checkpoints,
+                      arch=first.arch, compiled=compiled_status(first), engine=engine_name(first),
+                      device=str(first.translator.device), precision=settings.precision, queue_requests=jobs,
                       queue_sentences=sentences, in_flight_sentences=batcher.in_flight,
                       model_calls=stats.model_calls, sentences_translated=stats.items,
                       requests_translated=stats.jobs, requests_dropped=stats.dropped_jobs,
                       largest_batch=stats.largest_batch, requests_unauthorized=refused.count,
-                      api_key=settings.api_key is not None, limits=asdict(limits))
+                      api_key=settings.api_key is not None, limits=asdict(limits),
+                      models=[{"name": m.name, "arch": m.arch, "model": m.translator.checkpoints,
+                               "engine": engine_name(m), "compiled": compiled_status(m)} for m in models])
 
+    install_explore(app, models, settings)
+    if settings.ui:
+        install_page(app)
     return app
 
 
-def decode_options(body: TranslateRequest, settings: ServeSettings) -> DecodeOptions:
-    """The request's options over the server's defaults (``settings.decode``), checked where the
-    ``DecodeConfig`` is built, as for ``seq2seq translate`` (422)."""
-    asked = {"beam_size": body.beam_size, "n_best": body.n_best, "length_penalty": body.length_penalty}
-    try:
-        decode = settings.limits.allowed(dataclasses.replace(
-            settings.decode, ordered_constraints=body.ordered_constraints,
-            **{name: value for name, value in asked.items() if value is not None}))
-    except UserError as exc:
-        raise HTTPException(422, str(exc).replace("--n-best", "n_best").replace("--beam-size", "beam_size")) from None
-    return DecodeOptions(decode, need_attention=body.alignments or body.attention or body.markup is not None,
-                         need_confidence=body.confidence)
+def engine_name(model: ServedModel) -> str:
+    """Who runs the model's search: 'seq2seq' (ours) or the other engine's name."""
+    return model.translator.engine.name if model.translator.engine is not None else "seq2seq"
 
 
-def parse_markup(body: TranslateRequest) -> list[tuple[str, list]] | None:
-    """Each sentence's plain text and elements (``decoding.markup.parse``) with ``markup``; 422
-    naming the sentence for markup the xml mode cannot read."""
-    if body.markup is None:
-        return None
-    try:
-        return [parse(sentence, body.markup, f"sentence {i}") for i, sentence in enumerate(body.sentences)]
-    except UserError as exc:
-        raise HTTPException(422, str(exc).replace("--markup html", '"markup": "html"')) from None
+def compiled_status(model: ServedModel) -> str:
+    """The model's compiled decoding: 'off', 'compiling', 'ready' or 'failed' (``/health``)."""
+    return model.compiling.status if model.compiling else "off"
 
 
-def check_sentences(sentences: list[str], limits: Limits) -> None:
-    """413 for too many sentences or a sentence too long, naming the limit and its flag; 422 for a
-    string that is not text (a lone surrogate escape, which JSON allows and the tokenizer cannot take)."""
-    if len(sentences) > limits.max_request_sentences:
-        raise HTTPException(413, f"{len(sentences)} sentences in one request; this server takes at most "
-                                 f"{limits.max_request_sentences} (--max-request-sentences): split the request")
-    for index, sentence in enumerate(sentences):
-        if len(sentence) > limits.max_sentence_chars:
-            raise HTTPException(413, f"sentence {index} has {len(sentence)} characters; this server takes at most "
-                                     f"{limits.max_sentence_chars} (--max-sentence-chars): split it")
-        try:
-            sentence.encode("utf-8")
-        except UnicodeEncodeError:
-            raise HTTPException(422, f"sentence {index} is not valid Unicode text (a lone surrogate such as "
-                                     "\\ud800); send UTF-8 text") from None
+def run_batch(models: ServedModels, settings: ServeSettings, threads: int, items: list,
+              key: DecodeOptions | ExplainOptions) -> list:
+    """The worker's one model call of a batch: translations (``translate_batch``) or attributions
+    (``explore.explain_batch``), with the model the batch's key names."""
+    model = models.get(key.model)
+    if isinstance(key, ExplainOptions):
+        return explain_batch(model, settings, threads, items, key)
+    return translate_batch(model.translator, settings, threads, items, key)
 
 
 def lone_sentence_threads(translator: Translator) -> int | None:
@@ -218,43 +209,3 @@ def symmetrize(results: list[dict], translations: list[Translation], backward: B
                                          [results[i]["alignment"]["word_matrix"] for i in chosen])
     for i, own in zip(chosen, fields):
         results[i]["alignment"].update(own)
-
-
-async def wait_for(future, request: Request, timeout: float) -> bytes:
-    """The job's answer; 504 after ``timeout`` seconds; b"" when the client went away first. Either
-    way the job is cancelled, so the worker drops it if it has not started it."""
-    result = asyncio.wrap_future(future)
-    gone = asyncio.ensure_future(_disconnected(request))
-    try:
-        done, _ = await asyncio.wait({result, gone}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        gone.cancel()
-        if not result.done():
-            result.cancel()
-    if result in done:
-        try:
-            return result.result()
-        except Exception as exc:
-            LOGGER.error(f"serve error=translation_failed exception={type(exc).__name__}: {exc}")
-            raise HTTPException(500, f"translation failed: {type(exc).__name__}: {exc}") from None
-    if gone in done:
-        return b""
-    raise HTTPException(504, f"no translation within {timeout:g} s (--request-timeout): the server is overloaded; "
-                             "retry later or send fewer sentences")
-
-
-async def _disconnected(request: Request) -> None:
-    """Returns when the client has disconnected (the body has been read: the next ASGI message is that)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-def describe_arch(model) -> str:
-    """'transformer', 'rnn (bahdanau)', or 'ensemble: rnn (bahdanau) + transformer'."""
-    members = getattr(model, "members", None)
-    if members is not None:
-        return "ensemble: " + " + ".join(describe_arch(member) for member in members)
-    cfg = getattr(model, "cfg", None)
-    if cfg is None:
-        return type(model).__name__
-    return f"rnn ({cfg.attention})" if cfg.arch == "rnn" else cfg.arch

@@ -65,6 +65,9 @@ class Batcher:
         self._cond = threading.Condition()
         self._closing = False
         self._thread: threading.Thread | None = None
+        #: (monotonic start, seconds) of the last model call; a job's ``finish`` runs in the worker right
+        #: after its own call, so it reads that call's timing here (the page's timings)
+        self.last_call: tuple[float, float] = (0.0, 0.0)
 
     # ------------------------------------------------------------------ the caller's side
 
@@ -172,7 +175,9 @@ class Batcher:
             if not live:
                 return
             try:
+                started = time.monotonic()
                 outputs = self.run(items, live[0].key)
+                self.last_call = (started, time.monotonic() - started)
                 if len(outputs) != len(items):
                     raise RuntimeError(f"the batch function returned {len(outputs)} outputs for {len(items)} inputs")
             except Exception as exc:  # the server answers 500; the worker lives on

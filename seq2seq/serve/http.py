@@ -103,8 +103,16 @@ def json_bytes(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
-#: Paths anyone may read when the server has an API key: liveness probes and the API's description.
-OPEN_PATHS = frozenset({"/health", "/docs", "/docs/oauth2-redirect", "/openapi.json"})
+#: Paths anyone may read when the server has an API key: liveness probes, the API's description, and the page
+#: with what it reads before it has a key (the models and their options); the page sends the key with the rest.
+OPEN_PATHS = frozenset({"/health", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/", "/models"})
+#: ... and every path under these: the page's static files
+OPEN_PREFIXES = ("/ui/",)
+
+
+def is_open(path: str) -> bool:
+    """Whether ``path`` is served without the API key (``OPEN_PATHS``, ``OPEN_PREFIXES``)."""
+    return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
 
 
 @dataclass
@@ -115,7 +123,7 @@ class Refused:
 
 
 class ApiKey:
-    """ASGI middleware: a request to any path but ``OPEN_PATHS`` carries the server's key, as
+    """ASGI middleware: a request to any path but the open ones (``is_open``) carries the server's key, as
     ``Authorization: Bearer KEY`` or ``X-API-Key: KEY``; without it the answer is 401 before the
     body is read, counted in ``refused``. The key sent is compared by its SHA-256 digest with
     ``hmac.compare_digest``: the time taken says nothing about how much of it was right (nor about
@@ -136,7 +144,7 @@ class ApiKey:
         return False
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or self.allowed(scope["headers"]):
+        if scope["type"] != "http" or is_open(scope["path"]) or self.allowed(scope["headers"]):
             await self.app(scope, receive, send)
             return
         self.refused.count += 1

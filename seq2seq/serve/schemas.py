@@ -42,6 +42,8 @@ class TranslateRequest(BaseModel):
     markup: Literal["xml", "html"] | None = Field(None, description="the sentences carry inline tags: translated "
                                                   "without them, each result's 'markup' has them carried across by "
                                                   "the word alignments (seq2seq translate --markup)")
+    model: str | None = Field(None, description="the served model to translate with, by name (GET /models); "
+                                                "default: the first")
 
 
 class Alignment(BaseModel):
@@ -112,6 +114,14 @@ class TranslateResponse(BaseModel):
     translations: list[SentenceResult] = Field(description="one per input sentence, in input order")
 
 
+class ModelSummary(BaseModel):
+    name: str = Field(description="what requests call it (\"model\": NAME)")
+    arch: str
+    model: list[str] = Field(description="the checkpoint(s); several: an ensemble")
+    engine: str
+    compiled: str
+
+
 class Health(BaseModel):
     status: str = Field(description="'ok', or 'stopping' during shutdown")
     model: list[str] = Field(description="the checkpoint(s); several: an ensemble")
@@ -132,6 +142,8 @@ class Health(BaseModel):
     requests_unauthorized: int = Field(description="refused (401) for want of the API key")
     api_key: bool = Field(description="whether /translate needs an API key (seq2seq serve --api-key)")
     limits: dict[str, int | float] = Field(description="the server's batching and limit flags")
+    models: list[ModelSummary] = Field(description="every served model (seq2seq serve --model), the first answering "
+                                                   "requests that name none; the fields above are the first's")
 
 
 class ErrorBody(BaseModel):
@@ -144,9 +156,110 @@ class ErrorBody(BaseModel):
 class DecodeOptions:
     """What a model call needs; requests are batched together only when these are equal."""
 
-    decode: DecodeConfig  # checked (``decode_options``)
+    decode: DecodeConfig  # checked (``checks.checked_decode``)
     need_attention: bool
     need_confidence: bool = False
+    model: str | None = None  # the served model's name (None: the first)
+
+
+# ----------------------------------------------------------------------------- the page's endpoints
+
+
+class AttributionMethod(BaseModel):
+    method: str
+    cost: str = Field(description="what it costs per sentence, in model passes")
+    slow: bool = Field(description="its cost grows with a setting: the page runs it on request only")
+    contrast: bool = Field(description="it answers \"why this word rather than that one\" (POST /attribution's "
+                                       "contrast)")
+
+
+class ModelInfo(BaseModel):
+    name: str = Field(description="what requests call it (\"model\": NAME)")
+    arch: str
+    checkpoints: list[str]
+    engine: str
+    device: str
+    layers: int = Field(description="decoder layers with attention (an RNN: 1)")
+    heads: int = Field(description="attention heads per layer (an RNN: 1)")
+    languages: list[str] | None = Field(None, description="source and target language, where the checkpoint says")
+    attribution: list[AttributionMethod] = Field(description="the methods POST /attribution runs for it")
+
+
+class ModelsResponse(BaseModel):
+    models: list[ModelInfo] = Field(description="the served models; the first answers requests that name none")
+    markup: str | None = Field(None, description="the page's input carries tags of this kind (seq2seq serve --markup)")
+    api_key: bool = Field(description="whether requests need the API key (a header, never in the URL)")
+    limits: dict[str, int | float]
+    decode: dict[str, int | float] = Field(description="the defaults of requests that set none: beam_size, n_best, "
+                                                       "length_penalty")
+
+
+class AlignmentsRequest(BaseModel):
+    """Sentences to translate with one model, answered with everything the page shows of them."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [
+        {"sentences": ["Ein Hund rennt über die Wiese."], "model": "transformer", "n_best": 3}]})
+
+    sentences: list[str] = Field(min_length=1, description="one sentence per string (the limits of /translate)")
+    model: str | None = Field(None, description="the served model, by name (GET /models); default: the first")
+    beam_size: int | None = Field(None, ge=1, description="as for /translate")
+    n_best: int | None = Field(None, ge=1, description="as for /translate")
+    length_penalty: float | None = Field(None, allow_inf_nan=False, description="as for /translate")
+    markup: Literal["xml", "html"] | None = Field(None, description="as for /translate: tags carried across")
+
+
+class Timings(BaseModel):
+    queue_ms: float = Field(description="from the request's arrival to the start of its model call")
+    model_ms: float = Field(description="the model call (with the other requests batched with it)")
+    total_ms: float = Field(description="from the request's arrival to its answer being built")
+
+
+class Candidate(BaseModel):
+    translation: str
+    markup: str | None = Field(None, description="with markup: this translation with the source's tags")
+    score: float
+    log_prob: float
+
+
+class SentenceView(Candidate):
+    source: str = Field(description="as sent (with its tags, with markup)")
+    alternatives: list[Candidate] = Field(description="the rest of the n-best list, next best first")
+    view: dict[str, Any] | None = Field(description=(
+        "the best translation as one sentence of the alignment viewer's data (seq2seq/alignment/viewer.py): "
+        "levels (word / subword labels), views.attention (every layer and head and their means, weights x "
+        "scale as integers), confidence, links (the hard links, [[source i, target j], ...] per level); null "
+        "for an empty input"))
+
+
+class AlignmentsResponse(BaseModel):
+    model: str
+    arch: str
+    scale: int = Field(description="weights in 'view' are round(weight x scale)")
+    timings: Timings
+    sentences: list[SentenceView] = Field(description="one per input sentence, in input order")
+
+
+class AttributionRequest(BaseModel):
+    """A sentence and its translation, explained by one attribution method (teacher-forced)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [
+        {"source": "Ein Hund rennt.", "target": "A dog runs.", "method": "gradient"}]})
+
+    source: str = Field(description="the sentence (at most --max-sentence-chars)")
+    target: str = Field(description="its translation, as the model gave it (or any other)")
+    method: str = Field(description="one of the model's attribution methods (GET /models)")
+    model: str | None = Field(None, description="the served model, by name; default: the first")
+    contrast: str | None = Field(None, description="an alternative translation: explain the target against it, "
+                                                   "\"why this rather than that\" (methods with contrast: true)")
+
+
+class AttributionResponse(BaseModel):
+    model: str
+    method: str
+    contrast: str | None
+    scale: int = Field(description="weights in 'view' are round(weight x scale)")
+    view: dict[str, Any] = Field(description="one view of the alignment viewer's data, with its own 'levels'")
+    timings: Timings
 
 
 def hypothesis_json(translation: Translation, index: int, settings: ServeSettings, alignments: bool,

@@ -12,13 +12,15 @@ import ipaddress
 import signal
 import socket
 import threading
+from typing import Sequence
 
 from ..decoding.forced_alignment import BackwardAligner
 from ..decoding.translator import Translator
 from ..errors import UserError
 from ..models.compiled import BackgroundCompile
 from ..runtime import log
-from .app import create_app, describe_arch
+from .app import create_app
+from .models import ServedModel
 from .settings import ServeSettings
 
 
@@ -43,29 +45,34 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def run_server(translator: Translator, settings: ServeSettings, host: str = "127.0.0.1", port: int = 8000,
-               quiet: bool = False, compiling: BackgroundCompile | None = None,
+def run_server(translator: Translator | Sequence[ServedModel], settings: ServeSettings, host: str = "127.0.0.1",
+               port: int = 8000, quiet: bool = False, compiling: BackgroundCompile | None = None,
                backward: BackwardAligner | None = None) -> None:
-    """Serve ``translator`` over HTTP until SIGINT / SIGTERM, then finish the requests in flight and
-    return. ``compiling``: its compiled decoding under way (``Translator.compile_in_background``);
-    ``backward``: a target->source model that symmetrizes the alignments (``create_app``)."""
+    """Serve ``translator`` (or several ``ServedModel``s side by side) over HTTP until SIGINT / SIGTERM, then
+    finish the requests in flight and return. ``compiling``: its compiled decoding under way
+    (``Translator.compile_in_background``); ``backward``: a target->source model that symmetrizes the
+    alignments (``create_app``)."""
     import uvicorn
 
+    app = create_app(translator, settings, compiling, backward)  # first: a bad model name binds no socket
     sock = bind_socket(host, port)
     address, port = sock.getsockname()[:2]
     if settings.api_key is None and not ipaddress.ip_address(address.split("%")[0]).is_loopback:
         log("warning", message=f"listening on {address} without an API key: anyone who can reach port {port} can use "
                                "the model; set --api-key (or the environment variable SEQ2SEQ_API_KEY)")
-    app = create_app(translator, settings, compiling, backward)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning" if quiet else "info", access_log=not quiet,
                             timeout_graceful_shutdown=int(settings.limits.request_timeout) + 10, lifespan="on")
     server = uvicorn.Server(config)
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-    engine = {"engine": "seq2seq"} if translator.engine is None else {  # and the converted model it reads
-        "engine": translator.engine.name, "engine_model": translator.engine.model_dir}
-    log("serve", url=url, arch=describe_arch(translator.model).replace(" ", ""), device=translator.device,
+    models = app.state.models
+    first = models.first
+    engine = {"engine": "seq2seq"} if first.translator.engine is None else {  # and the converted model it reads
+        "engine": first.translator.engine.name, "engine_model": first.translator.engine.model_dir}
+    several = {"models": ",".join(f"{m.name}:{m.arch.replace(' ', '')}" for m in models)} if len(models) > 1 else {}
+    log("serve", url=url, arch=first.arch.replace(" ", ""), device=first.translator.device,
         max_batch_sentences=settings.limits.max_batch_sentences, max_wait_ms=settings.limits.max_wait_ms,
-        **engine, compiled=compiling.status if compiling else "off")
+        **engine, compiled=first.compiling.status if first.compiling else "off", **several,
+        page=f"{url}/" if settings.ui else "off")
     signals: list[int] = []
     previous = {}
     if threading.current_thread() is threading.main_thread():

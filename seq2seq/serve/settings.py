@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..config import AlignConfig, DecodeConfig, option
 from ..errors import UserError
@@ -58,7 +59,7 @@ class ServeSettings:
     """Everything ``create_app`` needs besides the translator. ``decode``: how requests that set no
     option of their own are decoded (default ``DecodeConfig()``, the same as ``seq2seq translate``);
     ``align`` is read as ``seq2seq translate --align-*`` is (``AlignConfig``,
-    ``Translation.alignment_record``)."""
+    ``Translation.alignment_record``; a server of several models reads it per model, ``ServedModel.align``)."""
 
     limits: Limits = field(default_factory=Limits)
     decode: DecodeConfig = field(default_factory=DecodeConfig)  # requests override beam_size, n_best, length_penalty
@@ -66,3 +67,8 @@ class ServeSettings:
     precision: str = "fp32"  # shown by GET /health
     #: requests to /translate must carry it (``http.ApiKey``); None: anyone may use the server. Never shown.
     api_key: str | None = field(default=None, repr=False)
+    ui: bool = True  # the page at / (seq2seq serve --no-ui: the JSON API alone)
+    markup: str | None = None  # "xml" / "html": the page's input carries inline tags of that kind (--markup)
+    #: attribution for POST /attribution and the page: ``seq2seq.attribution.explain.Explainer`` (its ``methods(model)``
+    #: and its call), given by the command, as serve does not import attribution (docs/design.md); None: none
+    explain: Any = field(default=None, repr=False, compare=False)
