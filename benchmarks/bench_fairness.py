@@ -110,10 +110,14 @@ def probe(planned: list[dict], runs: Path, args) -> dict:
 
     out = runs / "probe"
     names = [item["run"].name for item in planned]
+    argv = ["--checkpoint", *(str(item["run"]) for item in planned), "--names", *names, "--input",
+            str(args.data_dir / f"{args.probe_split}.{args.src}"), "--src", args.src, "--tgt", args.tgt,
+            "--evidence-sentences", str(args.evidence_sentences), "--max-sentences", str(args.probe_sentences),
+            "--beam-size", str(args.beam_size), "--output-dir", str(out)]  # the command the report records
     fairness(FairnessJob([str(item["run"]) for item in planned], str(args.data_dir / f"{args.probe_split}.{args.src}"),
                          str(out), names=names, src=args.src, tgt=args.tgt, evidence_sentences=args.evidence_sentences,
                          max_sentences=args.probe_sentences, decode=DecodeConfig(beam_size=args.beam_size),
-                         device=args.device, quiet=True))
+                         device=args.device, quiet=True, argv=argv))
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     return {model["name"]: model for model in report["models"]} | {"_report": report}
 
