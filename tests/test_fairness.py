@@ -202,6 +202,7 @@ def test_the_probe_end_to_end_on_both_architectures(tmp_path):
             "A woman is holding her bag.", "The man smiles at a girl."]
     markdown = (out / "report.md").read_text(encoding="utf-8")
     assert "## Occupations" in markdown and "| transformer |" in markdown and "| rnn |" in markdown
+    assert "**rnn, occupations** (wrong gender first" in markdown
     assert {p.name for p in (out / "plots").iterdir()} >= {"faithfulness.png", "occupations.png"}
 
 

@@ -62,6 +62,11 @@ def render_markdown(report: dict[str, Any]) -> str:
                                      "accuracy", "accuracy_male", "accuracy_female", "delta_g", "accuracy_pro",
                                      "accuracy_anti", "delta_s", "feminine_forms", "unrecognised"))] for m in scored]),
                   ""]
+        for m in scored:
+            lines += [f"**{m['name']}, occupations** (wrong gender first, then unrecognised)", ""]
+            lines += [f"- `{e['source']}` -> `{e['output']}` (expected {e['expected']}, "
+                      f"found {e['found'] or 'neither'})" for e in m["occupation_examples"]]
+            lines.append("")
     lines += ["## Examples", ""]
     for m in models:
         for title, key in (("least stable", "least_stable"), ("not faithful", "not_faithful")):

@@ -116,9 +116,10 @@ def probe_model(system: System, inputs: list[tuple[int, Swapped]], job: Fairness
         log("occupations", model=system.name, sentences=len(sentences), quiet=job.quiet)
         outputs = translator.translate([s.text for s in sentences], job.decode, need_attention=False)
         entry["occupations"] = occupation_probe.score(sentences, [t.text for t in outputs])
-        entry["occupation_examples"] = [{"source": s.text, "output": t.text, "expected": s.gender,
-                                         "found": s.occupation.gender_of(t.text)}
-                                        for s, t in list(zip(sentences, outputs))[: 2 * job.examples]]
+        shown = [{"source": s.text, "output": t.text, "expected": s.gender, "found": s.occupation.gender_of(t.text)}
+                 for s, t in zip(sentences, outputs)]  # the wrong gender first, then the unrecognised
+        shown.sort(key=lambda e: (e["found"] is None, e["found"] == e["expected"]))
+        entry["occupation_examples"] = shown[: 2 * job.examples]
     entry["seconds"] = time.perf_counter() - started
     entry["pairs_detail"] = [pair.as_json() for pair in pairs]
     entry["examples"] = examples(pairs, job.examples)
