@@ -311,21 +311,45 @@ def test_gpu_smoke_resume_check_needs_the_step_count_to_grow_and_finite_losses(t
     assert "not finite" in gpu_smoke.check_resume(tmp_path, 0, 200)["note"]  # the NaN at step 50
 
 
-def test_ctranslate2_benchmark_decodes_with_both_engines_in_every_mode(data, tmp_path):
+def test_ctranslate2_benchmark_decodes_with_both_engines_in_every_mode_at_both_thread_counts(data, tmp_path):
     pytest.importorskip("ctranslate2")
     run_dir = tiny_run(data, tmp_path)
     out = tmp_path / "ct2.json"
     script("bench_ctranslate2.py", "--checkpoint", str(run_dir), "--data-dir", str(data), "--src", "en", "--tgt",
-           "de", "--test-split", "test", "--batch1-sentences", "2", "--threads", "1", "--out", str(out),
-           "--modes", "beam 5", "greedy, batch 1", "--engines", "ctranslate2", cwd=tmp_path)
-    # not "ours compiled": a minute of compiling, its outputs are test_static_step's
+           "de", "--test-split", "test", "--batch1-sentences", "2", "--threads", "1", "2", "--precisions", "fp32",
+           "--out", str(out), "--modes", "beam 5", "greedy, batch 1", "--engines", "ctranslate2", cwd=tmp_path)
+    # not "ours compiled": a minute of compiling, its outputs are test_static_step's; int8: the same loop
     record = check_record(out, "ctranslate2")
-    rows = {(r["mode"], r["engine"], r["precision"]): r for r in record["results"]}
-    assert len(rows) == 8 and rows[("greedy, batch 1", "ours", "fp32")]["sentences"] == 2
-    assert 0 <= rows[("greedy, batch 1", "ctranslate2", "fp32")]["identical_to_ours_fp32"] <= 1  # an untrained model
-    assert record["bandwidth_floor"]["decoder_bytes"] > 0
-    assert rows[("beam 5", "ours", "fp32")]["identical_to_ours_fp32"] == 1.0
-    assert "| beam 5 | int8 | ctranslate2 |" in (tmp_path / "ct2.md").read_text()
+    rows = {(r["mode"], r["engine"], r["precision"], r["threads"]): r for r in record["results"]}
+    assert len(rows) == 8 and record["threads"] == [1, 2]
+    assert rows[("greedy, batch 1", "ours", "fp32", 2)]["sentences"] == 2
+    order = [(r["engine"], r["threads"]) for r in record["results"] if r["mode"] == "beam 5"]
+    assert order == [("ours", 1), ("ctranslate2", 1), ("ours", 2), ("ctranslate2", 2)]  # interleaved
+    assert 0 <= rows[("greedy, batch 1", "ctranslate2", "fp32", 1)]["identical_to_ours_fp32"] <= 1  # an untrained model
+    assert record["bandwidth_floor"]["decoder_bytes"] > 0 and record["machine"]["cpu_flags"] is not None
+    assert rows[("beam 5", "ours", "fp32", 1)]["identical_to_ours_fp32"] == 1.0
+    text = (tmp_path / "ct2.md").read_text()
+    assert "| beam 5 | fp32 | ctranslate2 | 2 |" in text and "Each engine at its best thread count" in text
+
+
+def test_batch1_profile_splits_each_sentence_into_its_parts(data, tmp_path):
+    """Smoke run of profile_batch1.py, eager only (the packaged engine compiles: minutes); the parts add up to the
+    sentence's time and the wrappers are gone afterwards."""
+    from seq2seq.decoding import translator
+    from seq2seq.decoding.vocabulary import OutputVocabulary
+
+    before = translator.translate_batch, OutputVocabulary.log_probs
+    run_dir = tiny_run(data, tmp_path)
+    out = tmp_path / "profile.json"
+    script("profile_batch1.py", "--checkpoint", str(run_dir), "--data-dir", str(data), "--src", "en", "--test-split",
+           "test", "--sentences", "3", "--beams", "1", "2", "--threads", "1", "--engines", "eager", "--out", str(out),
+           cwd=tmp_path)
+    assert (translator.translate_batch, OutputVocabulary.log_probs) == before
+    record = check_record(out, "profile-batch1")
+    assert [(r["beam"], r["engine"]) for r in record["results"]] == [(1, "eager"), (2, "eager")]
+    for row in record["results"]:
+        assert row["steps"] > 0 and abs(sum(row["share"].values()) - 1) < 1e-6 and row["share"]["model steps"] > 0
+    assert "| search bookkeeping |" in out.with_suffix(".md").read_text()
 
 
 def test_tune_benchmark_alternates_architectures_and_picks_winners_on_validation(data, tmp_path):

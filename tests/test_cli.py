@@ -150,6 +150,25 @@ def test_translate_compile_cache_compiles_into_that_directory(checkpoint, monkey
 
 
 
+def test_translate_compile_keeps_its_packages_beside_the_checkpoint_unless_told_otherwise(checkpoint, monkeypatch,
+                                                                                          tmp_path):
+    """``--compile`` alone compiles into ``compiled/`` beside the checkpoint (as ``serve --compile-cache auto``), so a
+    second run loads the packages; ``--compile-cache none``: ``torch.compile``, nothing kept."""
+    import shutil
+
+    asked = []
+    monkeypatch.setattr("seq2seq.decoding.translator.compile_decoding",
+                        lambda model, packages=None: asked.append(packages) or False)
+    own = tmp_path / "run" / "best.pt"
+    own.parent.mkdir()
+    shutil.copy(checkpoint, own)
+    for flags in (["--compile"], ["--compile", "--compile-cache", "none"]):
+        code, out, err = run_main(["translate", "--checkpoint", str(own), "--batch-size", "1", *flags, "--quiet"],
+                                  stdin="seven\n")
+        assert code == 0 and out.strip(), err
+    assert asked == [str(own.parent / "compiled"), None]
+
+
 def test_the_python_api_takes_a_compile_cache_too(checkpoint, monkeypatch, tmp_path):
     """``Translator.from_checkpoint(..., compile_cache=DIR)`` as ``--compile-cache DIR``: DIR reaches
     ``compile_decoding`` and the translator keeps it (for a background compile)."""

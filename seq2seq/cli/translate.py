@@ -52,14 +52,15 @@ def parse_args(argv: list[str] | None):
                         "(CPU only): quantized linear layers. Outputs may differ slightly from fp32; "
                         "measured speeds: docs/performance.md")
     p.add_argument("--compile", action="store_true",
-                   help="decode one sentence at a time (--batch-size 1) with the Transformer's decoding step "
-                        "compiled (torch.compile): about 2x faster per sentence on CPU after a one-off "
-                        "compilation of 15-40 s per beam size, so it pays for long batch-1 jobs only "
-                        "(docs/performance.md)")
+                   help="decode one sentence at a time (--batch-size 1) with the Transformer's encoder and decoding "
+                        "step compiled ahead of time into compiled/ beside the checkpoint (--compile-cache; the RNN's "
+                        "step: torch.compile): about 2x faster per sentence on CPU after a one-off compilation per "
+                        "beam size that a later run loads instead (docs/performance.md)")
     p.add_argument("--compile-cache", metavar="DIR",
-                   help="with --compile (implied): keep the Transformer's compiled decoding step in DIR (AOTInductor "
-                        "packages, ~30 MB per beam size), so that a later run loads it in a fraction of a second "
-                        "instead of compiling it again")
+                   help="with --compile (implied): keep the Transformer's compiled encoder and decoding step in DIR "
+                        "(AOTInductor packages, ~30 MB per beam size), so that a later run loads them in a fraction "
+                        "of a second instead of compiling them again; default with --compile: compiled/ beside the "
+                        "checkpoint (where it can be written), as serve does; none: torch.compile, kept by no one")
     p.add_argument("--engine", choices=("seq2seq", "ctranslate2", "auto"), default="seq2seq",
                    help="who runs the search: seq2seq (ours, default), ctranslate2 (CTranslate2's runtime on the "
                         "checkpoint converted once into NAME.ct2 beside it, or into the user cache directory where the "
@@ -132,6 +133,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def compile_cache(flag: str | None, compile: bool, checkpoints: list[str]) -> str | None:
+    """``--compile-cache``: a directory; ``none``: no packages (``torch.compile``); not given: with ``--compile``
+    ``compiled/`` beside the first checkpoint (``checkpoint.file.compile_cache_beside``, as ``serve --compile-cache
+    auto``), so that a second run loads what the first compiled; none where that cannot be written."""
+    if flag == "none" or (flag is None and not compile):
+        return None
+    if flag is not None:
+        return flag
+    from ..checkpoint.file import compile_cache_beside
+
+    folder = compile_cache_beside(checkpoints[0])
+    return None if folder is None else str(folder)
+
+
 def job_from_args(args: argparse.Namespace) -> TranslateJob:
     """The flags as a checked ``TranslateJob`` (torch and the model code are imported only once they are valid)."""
     align = align_config(args)
@@ -147,7 +162,7 @@ def job_from_args(args: argparse.Namespace) -> TranslateJob:
     return TranslateJob(
         checkpoints=list(args.checkpoint), input=args.input, output=args.output, reference=args.reference,
         decode=decode_config(args), device=args.device, precision=args.precision, compile=args.compile,
-        compile_cache=args.compile_cache,
+        compile_cache=compile_cache(args.compile_cache, args.compile, args.checkpoint),
         engine=args.engine, shortlist=args.shortlist,
         shortlist_sizes=tuple(args.shortlist_sizes) if args.shortlist_sizes else None, alignments=args.alignments,
         plot_dir=args.plot_dir, html=args.html, max_plots=args.max_plots, align=align, attribution=attribution,

@@ -76,12 +76,13 @@ class Beams:
         total = (self.scores.unsqueeze(2) + logp.view(n, k, m)).view(n, k * m)
         top, index = total.topk(min(2 * k, k * m))  # (n, 2k)
         beam, token = index // m, tokens.view(n, k * m).gather(1, index)
-        self._finish(top[:, :k], beam[:, :k], token[:, :k])
+        ended = token == EOS_ID  # (n, 2k)
+        self._finish(top[:, :k], beam[:, :k], token[:, :k], ended[:, :k])
         # continue with the k best candidates that did not end
-        top = top.masked_fill(token == EOS_ID, float("-inf"))
+        top = top.masked_fill(ended, float("-inf"))
         keep = top.topk(k).indices  # (n, k), best first
         self.scores, beam, token = top.gather(1, keep), beam.gather(1, keep), token.gather(1, keep)
-        origin = torch.arange(n, device=beam.device).unsqueeze(1) * k + beam  # (n, k) previous row
+        origin = beam if n == 1 else torch.arange(n, device=beam.device).unsqueeze(1) * k + beam  # (n, k) previous row
         best_live = self.scores[:, 0].tolist()  # the best live beam of each sentence (kept best first)
         finished = [t >= self.host_limit[r] or self.settled(r, best, t) for r, best in zip(self.host_rows, best_live)]
         if any(finished):
@@ -113,9 +114,9 @@ class Beams:
         largest_lp = max(length_penalty_gnmt(t + 2, self.alpha), length_penalty_gnmt(longest, self.alpha))
         return nth_best >= best_live / largest_lp
 
-    def _finish(self, top: torch.Tensor, beam: torch.Tensor, token: torch.Tensor) -> None:
-        """Record candidates (among the top k) that end in EOS as finished hypotheses."""
-        index = ((token == EOS_ID) & top.isfinite()).nonzero()  # (ended, 2): the one wait per step
+    def _finish(self, top: torch.Tensor, beam: torch.Tensor, token: torch.Tensor, ended: torch.Tensor) -> None:
+        """Record candidates (among the top k) that end in EOS (``ended``) as finished hypotheses."""
+        index = (ended & top.isfinite()).nonzero()  # (ended, 2): the one wait per step
         if not len(index):
             return
         n, j = index.unbind(1)

@@ -90,9 +90,11 @@ class Generator:
     each with its own memory row so that each can leave alone (``keep_rows``). At the first step every
     row of a sentence holds BOS alone: it is decoded once per sentence and copied to its ``width`` rows.
 
-    ``limit`` (B,) is each sentence's length bound; ``sentence`` (rows of memory,) the sentence of each
-    memory row, on the device and (``host_sentence``) on the host, so that no step waits for the device
-    to know it."""
+    ``limit`` (B,) is each sentence's length bound, also on the host (``host_limit``); ``sentence`` (rows of
+    memory,) the sentence of each memory row, on the device and (``host_sentence``) on the host, so that no
+    step waits for the device to know it. Before the earliest bound of the active sentences
+    (``first_forced``, a host int) no row can be forced to EOS, and a step skips that mask altogether: at one
+    sentence at a time the step's own operations are few, and each one skipped counts."""
 
     def __init__(self, model: EncoderDecoder, batch: SearchBatch, decode: DecodeConfig, width: int = 1,
                  copies: int = 1) -> None:
@@ -106,6 +108,8 @@ class Generator:
             self.sentence = self.sentence.repeat_interleave(copies)
             self.memory = select_batch(self.memory, self.sentence)
         self.host_sentence = self.sentence.tolist()
+        self.host_limit = self.limit.tolist()
+        self.first_forced = self._first_forced()
         self.steps = int(self.limit.max()) + 1 if len(batch) else 0  # the longest output and its EOS
         self.state = model.init_state(self.memory, self.steps)  # a row per memory row until the first step
         self._first = width > 1
@@ -120,9 +124,11 @@ class Generator:
         if first:  # BOS decoded once per sentence: copied to its k rows
             expand = torch.arange(logits.size(0), device=logits.device).repeat_interleave(k)
             logits, self.state = logits[expand], select_batch(self.state, expand)
-        force_eos = t >= self.limit[self.sentence]
-        if k > 1:
-            force_eos = force_eos.repeat_interleave(k)
+        force_eos = None
+        if t >= self.first_forced:  # else no active row has reached its bound (module docstring)
+            force_eos = t >= self.limit[self.sentence]
+            if k > 1:
+                force_eos = force_eos.repeat_interleave(k)
         allowed = None if self.prefixes is None or t >= self.prefixes.longest else self.prefixes.allowed(
             t, [sentence for sentence in self.host_sentence for _ in range(k)], logits.device)
         return self.output.log_probs(logits, force_eos, allowed)
@@ -136,6 +142,7 @@ class Generator:
         self.memory, self.state = select_batch(self.memory, live), select_batch(self.state, live)
         self.sentence = self.sentence[live]
         self.host_sentence = [self.host_sentence[i] for i in live.tolist()]
+        self.first_forced = self._first_forced()
 
     def keep_sentences(self, live: list[int]) -> None:
         """Only the active sentences at positions ``live`` (host indices) go on: their memory rows; their
@@ -143,6 +150,11 @@ class Generator:
         index = torch.tensor(live, dtype=torch.long, device=self.sentence.device)
         self.memory, self.sentence = select_batch(self.memory, index), self.sentence[index]
         self.host_sentence = [self.host_sentence[i] for i in live]
+        self.first_forced = self._first_forced()
+
+    def _first_forced(self) -> int:
+        """The first step at which some active row is forced to EOS (its sentence's bound)."""
+        return min((self.host_limit[s] for s in self.host_sentence), default=0)
 
 
 def attach_attention(model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor,

@@ -92,7 +92,9 @@ def sample_search(model: EncoderDecoder, batch: SearchBatch, decode: DecodeConfi
 def _token_by_token(model: EncoderDecoder, batch: SearchBatch, decode: DecodeConfig, need_attention: bool,
                     sampling: Sampling | None = None, sentence_ids: Sequence[int] = ()) -> list[list[Hypothesis]]:
     """Greedy search (``sampling`` None) or sampling (``decode.n_best`` samples per sentence): one
-    token per row and step, finished rows leave the active batch."""
+    token per row and step, finished rows leave the active batch. Where they leave at every step (CPU) no
+    active row has ended at a step's start, so nothing is masked for ended rows; while every row is active
+    the outputs are written without an index (at one sentence at a time each operation saved counts)."""
     copies = 1 if sampling is None else decode.n_best
     with eval_mode(model, inference=True):
         generator = Generator(model, batch, decode, copies=copies)
@@ -112,17 +114,22 @@ def _token_by_token(model: EncoderDecoder, batch: SearchBatch, decode: DecodeCon
             else:
                 column = sampling.choose(log_p, uniform[rows, t]).squeeze(1)
                 logp = log_p.gather(1, column.unsqueeze(1)).squeeze(1)
-            tokens = generator.output.token_ids(column).masked_fill(ended, PAD_ID)  # an ended row keeps its output
-            log_prob[rows] += logp.masked_fill(ended, 0.0)
-            out[rows, t] = tokens
+            tokens = generator.output.token_ids(column)
+            if interval > 1:  # ended rows may still be in the batch: each keeps its output
+                tokens, logp = tokens.masked_fill(ended, PAD_ID), logp.masked_fill(ended, 0.0)
+            if len(rows) == out.size(0):  # every row still active: no index to go through
+                log_prob += logp
+                out[:, t] = tokens
+            else:
+                log_prob[rows] += logp
+                out[rows, t] = tokens
             ended |= tokens == EOS_ID
-            if (t + 1) % interval == 0 or t + 1 == out.size(1):  # drop finished sentences from the batch
+            if ((t + 1) % interval == 0 or t + 1 == out.size(1)) and bool(ended.any()):  # drop finished rows
                 alive = (~ended).nonzero().squeeze(1)
                 if len(alive) == 0:
                     break
-                if len(alive) < len(rows):
-                    generator.keep_rows(alive)
-                    rows, tokens, ended = rows[alive], tokens[alive], ended[alive]
+                generator.keep_rows(alive)
+                rows, tokens, ended = rows[alive], tokens[alive], ended[alive]
         flat = [Hypothesis(_until_eos(row), lp, lp) for row, lp in zip(out.tolist(), log_prob.tolist())]
         hyps = [sorted(flat[i:i + copies], key=lambda h: -h.score) for i in range(0, len(flat), copies)]
         if need_attention:

@@ -44,21 +44,24 @@ class OutputVocabulary:
                 raise ValueError("an output vocabulary must contain EOS")
             self.eos, self.weight = int(eos[0, 0]), model.output_rows(ids)
             self.banned = ((ids == PAD_ID) | (ids == BOS_ID)).nonzero().squeeze(1).tolist()
+        self._banned = torch.tensor(self.banned, dtype=torch.long, device=None if ids is None else ids.device)
 
-    def log_probs(self, logits: torch.Tensor, force_eos: torch.Tensor,
+    def log_probs(self, logits: torch.Tensor, force_eos: torch.Tensor | None,
                   allowed: torch.Tensor | None = None) -> torch.Tensor:
         """logits (rows, V) -> log p = log_softmax(z) (rows, V) (over the subset, when there is
         one), with the tokens that may not come next at -inf: PAD and BOS always, every token but
-        EOS where ``force_eos`` (one flag per row) holds, and with ``allowed`` (rows, all token ids) bool
+        EOS where ``force_eos`` (one flag per row; None: no row) holds, and with ``allowed`` (rows, all token ids) bool
         (a target prefix: ``Prefixes``) every token it excludes. Masking comes after the normalisation, so
         a chosen token's log-probability is the model's own. (One fused log_softmax pass costs
         less than ``logsumexp`` alone on CPU.)"""
         log_p = torch.log_softmax(logits.float(), -1)  # (rows, V)
-        for column in self.banned:
-            log_p[:, column] = float("-inf")
+        if self._banned.device != log_p.device:
+            self._banned = self._banned.to(log_p.device)
+        log_p.index_fill_(1, self._banned, float("-inf"))  # one operation for every banned column
         if allowed is not None:
             log_p = log_p.masked_fill(~(allowed if self.ids is None else allowed[:, self.ids]), float("-inf"))
-        only_eos(log_p, force_eos, self.eos, sync_free=log_p.device.type != "cpu")
+        if force_eos is not None:
+            only_eos(log_p, force_eos, self.eos, sync_free=log_p.device.type != "cpu")
         return log_p
 
     def token_ids(self, columns: torch.Tensor) -> torch.Tensor:

@@ -36,7 +36,7 @@ from typing import Any, Callable
 import torch
 
 from ..runtime import log
-from .packaged import PackagedStep, compile_failed
+from .packaged import PackagedEncoder, PackagedStep, compile_failed
 
 #: Inductor options: weights frozen into the graph, linear layers autotuned (C++ template vs MKL).
 #: Set while a graph is traced and compiled (Dynamo reads ``freezing`` as it traces, so
@@ -74,10 +74,12 @@ def _attach(member: torch.nn.Module, step: Compiled | None, encode: Compiled | N
 
 def _compiled_parts(member: torch.nn.Module, packages: str | None = None) -> tuple[Any, Compiled | None] | None:
     """A model's compiled step and encoder for one sentence: a Transformer's static step and encoder (with
-    ``packages``, a directory: the step as AOTInductor packages kept there, ``models.packaged``, the encoder
-    eager), an RNN's step (its encoder stays eager), or None."""
+    ``packages``, a directory: both as AOTInductor packages kept there, ``models.packaged``), an RNN's step (its
+    encoder stays eager), or None."""
     if hasattr(member, "static_step") and packages is not None:
-        return PackagedStep(member, packages, INDUCTOR_OPTIONS, lambda: _attach(member, None, None)), None
+        step = PackagedStep(member, packages, INDUCTOR_OPTIONS, lambda: _attach(member, None, None))
+        encoder_failed = lambda: setattr(member, "compiled_encode", None)  # noqa: E731 (the step stays packaged)
+        return step, PackagedEncoder(member, packages, INDUCTOR_OPTIONS, encoder_failed, step.identity)
     if hasattr(member, "static_step"):
         return CompiledStep(member), CompiledEncoder(member)
     if hasattr(member, "step_eager"):

@@ -9,13 +9,18 @@ Inductor options as ``models.compiled`` (frozen weights, autotuned linear layers
 (~2 s for AOTInductor's runtime to start, then ~0.04 s per package), and called with no Dynamo in between
 (measured 16-24% faster per step than ``CompiledStep``: ``benchmarks/bench_aoti_step.py``).
 
+The encoder is packaged the same way (``PackagedEncoder``: one package for every source length of one sentence,
+the cross-attention keys and values among its outputs). Both are called through the loader's own entry point
+(``boxed_run``: a list of tensors in, a list out), not through the Python wrapper that ``aoti_load_package``
+returns, which parses the package's input and output specifications (JSON) at every call.
+
 One package per model (a digest of its structure and weights), torch version, CPU capability, Inductor options,
 torch thread count (compiled into the code) and step key (rows, attention or not, shortlist or not, a one-position
-source or not), named by a digest of all of them. A package is written to a temporary file and renamed (a killed
-compile leaves nothing half-written); one that does not load is compiled again. Its inputs must have the strides
-they had when exported, so each is made contiguous (the cross-attention keys and values, views of a fused
-projection, once per sentence). The encoder stays eager (one call per sentence). Should anything fail, a warning
-names it and the model decodes eagerly, as with ``models.compiled``.
+source or not; the encoder: ``encode``), named by a digest of all of them. A package is written to a temporary
+file and renamed (a killed compile leaves nothing half-written); one that does not load is compiled again. Its
+inputs must have the strides they had when exported, so each is made contiguous (the cross-attention keys and
+values, views of a fused projection, once per sentence). Should anything fail, a warning names it and the model
+decodes eagerly, as with ``models.compiled`` (a failed encoder package leaves only the encoder eager).
 """
 from __future__ import annotations
 
@@ -62,6 +67,48 @@ class FlatStep(torch.nn.Module):
         return (logits, weights) if self.need_attention else logits
 
 
+class FlatEncoder(torch.nn.Module):
+    """``model.encode_eager`` with flat outputs, as ``torch.export`` returns them: each decoder layer's
+    cross-attention key and value, contiguous (the step's package assumes contiguous inputs)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, src: torch.Tensor, src_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        memory = self.model.encode_eager(src, src_mask)
+        return tuple(t.contiguous() for kv in memory["cross_kv"] for t in kv)
+
+
+def direct(runner) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
+    """A loaded package's compiled function as a list of tensors -> a list of tensors: its loader's ``boxed_run``
+    (module docstring: the wrapper's per-call cost), or the wrapper where a torch has no such entry point."""
+    run = getattr(getattr(runner, "loader", None), "boxed_run", None)
+    if run is not None:
+        return run
+
+    def wrapped(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        outputs = runner(*inputs)
+        return list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+    return wrapped
+
+
+def build_package(module: torch.nn.Module, example: tuple, shapes: Any, path: Path, options: dict) -> None:
+    """Export ``module`` on ``example`` inputs with ``shapes`` (``torch.export``'s ``dynamic_shapes``) and compile
+    it with Inductor ``options`` into the package ``path``, written to a temporary file and renamed (a killed
+    compile leaves nothing half-written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exported = torch.export.export(module, example, dynamic_shapes=shapes)
+        partial = path.with_name(f".{path.stem}.{os.getpid()}.tmp.pt2")  # it must end in .pt2
+        try:
+            torch._inductor.aoti_compile_and_package(exported, package_path=str(partial), inductor_configs=options)
+            os.replace(partial, path)
+        finally:
+            partial.unlink(missing_ok=True)
+
+
 def model_digest(model: torch.nn.Module, options: dict) -> str:
     """What a package depends on besides its step key: the model's structure and weights, torch's version, the
     CPU's capability and the Inductor options."""
@@ -80,9 +127,9 @@ class PackagedStep:
     run, after a warning."""
 
     def __init__(self, model: torch.nn.Module, directory: str | os.PathLike, options: dict,
-                 on_failure: Callable[[], None]) -> None:
+                 on_failure: Callable[[], None], identity: str | None = None) -> None:
         self.model, self.directory, self.options, self.on_failure = model, Path(directory), dict(options), on_failure
-        self.identity = model_digest(model, self.options)
+        self.identity = identity or model_digest(model, self.options)  # ``identity``: the model's digest, known
         self.runners: dict[tuple, Any] = {}
         self.graphs: set[tuple] = set()
         self.failure: str | None = None
@@ -100,11 +147,11 @@ class PackagedStep:
                torch.get_num_threads())
         try:
             runner = self.runners.get(key) or self._runner(key, inputs)
-            outputs = runner(*inputs)
+            outputs = runner(inputs)
         except Exception as exc:  # the exporter's and compiler's errors are of many types; eager is always there
             self.failure = compile_failed(exc, self.on_failure)
             return self.model.static_step(memory, caches, position, tokens, need_attention, output_weight)
-        return (outputs[0], outputs[1]) if need_attention else (outputs, None)
+        return outputs[0], outputs[1] if need_attention else None
 
     def path(self, key: tuple) -> Path:
         """The package file of ``key`` (rows, attention, no shortlist, source longer than one, threads)."""
@@ -121,32 +168,61 @@ class PackagedStep:
             except Exception as exc:  # a package of another build, or a damaged one: built again
                 LOGGER.warning(f"warning: compiled step {path} does not load ({type(exc).__name__}); compiling it "
                                "again")
-        self.directory.mkdir(parents=True, exist_ok=True)
-        rows, need_attention, full, long_source, _ = key
         with torch.inference_mode(False), torch.no_grad():
-            example = tuple(t.clone() for t in inputs)  # normal tensors: export writes into the caches
-            layers = len(self.model.decoder)
-            source = torch.export.Dim("source", min=2, max=1 << 16) if long_source else None
-            cache = torch.export.Dim("cache", min=2, max=1 << 16)
-            vocabulary = [] if full else [{0: torch.export.Dim("shortlist", min=2, max=1 << 20)}]
-            shapes = ({1: source} if source else None, None, None,
-                      tuple([{2: source} if source else None] * (2 * layers) + [{2: cache}] * (2 * layers)
-                            + vocabulary))
-            flat = FlatStep(self.model, need_attention, not full).eval()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                exported = torch.export.export(flat, example, dynamic_shapes=shapes)
-                partial = path.with_name(f".{path.stem}.{os.getpid()}.tmp.pt2")  # it must end in .pt2
-                try:
-                    torch._inductor.aoti_compile_and_package(exported, package_path=str(partial),
-                                                             inductor_configs=self.options)
-                    os.replace(partial, path)
-                finally:
-                    partial.unlink(missing_ok=True)
-        log("compiled_step", package=str(path), loaded=False, rows=rows)
+            # normal tensors (export writes into the caches) with standard strides: a view's stride over a
+            # dimension of size 1 (one row of a padded batch) would otherwise become a guard on its length
+            example = tuple(t.clone(memory_format=torch.contiguous_format) for t in inputs)
+            module, shapes = self._exportable(key)
+            build_package(module.eval(), example, shapes, path, self.options)
+        log("compiled_step", package=str(path), loaded=False, rows=key[0])
         return self._keep(key, torch._inductor.aoti_load_package(str(path)))
 
+    def _exportable(self, key: tuple) -> tuple[torch.nn.Module, Any]:
+        """The module exported for ``key`` and its dynamic shapes: the source, the cache and a shortlist's size."""
+        _, need_attention, full, long_source, _ = key
+        layers = len(self.model.decoder)
+        source = torch.export.Dim("source", min=2, max=1 << 16) if long_source else None
+        cache = torch.export.Dim("cache", min=2, max=1 << 16)
+        vocabulary = [] if full else [{0: torch.export.Dim("shortlist", min=2, max=1 << 20)}]
+        shapes = ({1: source} if source else None, None, None,
+                  tuple([{2: source} if source else None] * (2 * layers) + [{2: cache}] * (2 * layers) + vocabulary))
+        return FlatStep(self.model, need_attention, not full), shapes
+
     def _keep(self, key: tuple, runner):
-        self.runners[key] = runner
+        self.runners[key] = direct(runner)
         self.graphs.add(key)
-        return runner
+        return self.runners[key]
+
+
+def source_bound(model: torch.nn.Module) -> int:
+    """The longest source the encoder's package takes: what learned positions can encode (``Translator`` cuts
+    inputs to that), else 2^16 subwords."""
+    return getattr(model, "max_positions", None) or 1 << 16
+
+
+class PackagedEncoder(PackagedStep):
+    """``model.encode_eager`` for one sentence through one AOTInductor package in ``directory`` (every source
+    length of two or more subwords; a one-subword source is encoded eagerly), called like ``CompiledEncoder``;
+    should it fail, a warning and ``on_failure()`` (the model's encoder goes back to eager)."""
+
+    def __call__(self, src: torch.Tensor, src_mask: torch.Tensor) -> dict:
+        if src.size(1) < 2:
+            return self.model.encode_eager(src, src_mask)
+        inputs = [src.contiguous(), src_mask.contiguous()]
+        key = ("encode", torch.get_num_threads())
+        try:
+            runner = self.runners.get(key) or self._runner(key, inputs)
+            outputs = runner(inputs)
+        except Exception as exc:  # as PackagedStep's
+            self.failure = compile_failed(exc, self.on_failure)
+            return self.model.encode_eager(src, src_mask)
+        return {"src_mask": src_mask, "cross_kv": [(outputs[2 * i], outputs[2 * i + 1])
+                                                   for i in range(len(outputs) // 2)]}
+
+    def path(self, key: tuple) -> Path:
+        name = hashlib.sha256(f"{self.identity} {key}".encode()).hexdigest()[:24]
+        return self.directory / f"encode-{name}.pt2"
+
+    def _exportable(self, key: tuple) -> tuple[torch.nn.Module, Any]:
+        source = torch.export.Dim("source", min=2, max=source_bound(self.model))
+        return FlatEncoder(self.model), ({1: source}, {1: source})
