@@ -18,7 +18,7 @@ from ..compare.report import staged_directory, versions
 from . import occupations as occupation_probe
 from .probe import KINDS, VERDICTS, Pair, add_evidence, measure, summary
 from .render import render_markdown
-from .swaps import Swapped, swapper_for
+from .swaps import Swapped, Swapper, swapper_for
 
 
 @dataclass
@@ -70,10 +70,9 @@ def check_args(job: FairnessJob) -> None:
             raise UserError(f"{flag} must be an integer >= {least}, got {value}")
 
 
-def swapped_inputs(job: FairnessJob, src: str) -> tuple[list[tuple[int, Swapped]], int]:
+def swapped_inputs(job: FairnessJob, swapper: Swapper) -> tuple[list[tuple[int, Swapped]], int]:
     """(line, swap) of the input lines with group terms (at most ``max_sentences``), and the lines read."""
     lines = read_lines(job.input, "--input")
-    swapper = swapper_for(src, job.swap_list_src, "--src")
     chosen = []
     for number, line in enumerate(lines, 1):
         swapped = swapper.swap(line.strip())
@@ -82,16 +81,16 @@ def swapped_inputs(job: FairnessJob, src: str) -> tuple[list[tuple[int, Swapped]
             if job.max_sentences and len(chosen) == job.max_sentences:
                 break
     if not chosen:
-        raise UserError(f"--input {job.input}: no line holds a word of the {src} swap list "
+        raise UserError(f"--input {job.input}: no line holds a word of the {swapper.swap_list.language} swap list "
                         f"({job.swap_list_src or 'shipped'}); give sentences that mention the groups")
     return chosen, len(lines)
 
 
-def probe_model(system: System, inputs: list[tuple[int, Swapped]], job: FairnessJob, tgt: str,
+def probe_model(system: System, inputs: list[tuple[int, Swapped]], job: FairnessJob, target: Swapper,
                 groups: tuple[str, str]) -> dict[str, Any]:
-    """The probe of one model: pairs, their summary, the occupation probe."""
+    """The probe of one model (``target``: the swapper of its output language): pairs, their summary, the
+    occupation probe."""
     translator = system.translator
-    target = swapper_for(tgt, job.swap_list_tgt, "--tgt")
     started = time.perf_counter()
     texts = [swapped.source for _, swapped in inputs] + [swapped.text for _, swapped in inputs]
     log("translate", model=system.name, sentences=len(texts), quiet=job.quiet)
@@ -143,15 +142,15 @@ def fairness(job: FairnessJob) -> Path:
     names = system_names(checkpoints, job.names)
     systems = [load_system(str(ckpt), name, job.device) for ckpt, name in zip(checkpoints, names)]
     src, tgt = languages(systems, job)
-    swapper_for(tgt, job.swap_list_tgt, "--tgt")  # its errors before any translation
+    source, target = swapper_for(src, job.swap_list_src, "--src"), swapper_for(tgt, job.swap_list_tgt, "--tgt")
     if job.occupations and (src, tgt) != ("en", "de"):
         raise UserError(f"--occupations probes English -> German; the models translate {src} -> {tgt}")
     job = replace(job, occupations=(src, tgt) == ("en", "de") if job.occupations is None else job.occupations)
     for system in systems:
         check_layer_heads(job.align.layer, job.align.heads, system.translator.model)
-    inputs, lines = swapped_inputs(job, src)
-    groups = swapper_for(src, job.swap_list_src, "--src").swap_list.groups
-    models = [probe_model(system, inputs, job, tgt, groups) for system in systems]
+    inputs, lines = swapped_inputs(job, source)
+    groups = source.swap_list.groups
+    models = [probe_model(system, inputs, job, target, groups) for system in systems]
     report = {"command": "seq2seq fairness " + shlex.join(job.argv), "versions": versions(),
               "input": display_path(job.input), "lines": lines, "probed": len(inputs), "src": src, "tgt": tgt,
               "groups": list(groups),
