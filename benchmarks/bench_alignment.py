@@ -46,6 +46,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     # the Transformer's recipe gains for the RNN (issue 65): the linear schedule to the budget, then guidance
     "rnn-linear": ("rnn-bahdanau", ["--schedule", "linear"]),
     "rnn-1000-tokens": ("rnn-bahdanau", ["--max-tokens", "1000"]),  # more, smaller updates in the same time
+    "rnn-guided-null": ("rnn-bahdanau", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.2",
+                                         "--guided-unaligned", "eos"]),  # a lighter weight than rnn-guided's 0.5
     "rnn-guided-linear-null": ("rnn-bahdanau", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.5",
                                                 "--schedule", "linear", "--guided-unaligned", "eos"]),
     "transformer": ("transformer", []),

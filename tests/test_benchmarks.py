@@ -384,9 +384,14 @@ def test_budget_benchmark_tests_the_snapshots_nearest_each_budget_and_resumes_a_
     flags = ["--data-dir", str(data), "--src", "en", "--tgt", "de", "--test-split", "test", "--minutes", "0.05",
              "--eval-minutes", "0.01", "--budgets", "0.01", "0.04", "1", "--beam-size", "2", "--device", "cpu",
              "--out", str(out)]
-    script("bench_budget.py", *flags, "--parallel", "--", *tiny, cwd=tmp_path)  # both at once, the cores split
+    gold = tmp_path / "gold.align"  # the first two val pairs: their first words aligned
+    gold.write_text("0-0\n0-0\n")
+    proc = script("bench_budget.py", *flags, "--parallel", "--gold", str(gold), "--", *tiny, cwd=tmp_path)
     record = check_record(out, "budget")
-    assert list(record["archs"]) == ["rnn-bahdanau", "transformer"] and record["parallel"]
+    assert list(record["archs"]) == ["rnn-bahdanau", "transformer-align"] and record["parallel"]
+    links = out.with_suffix("") / "train.talp"  # eflomal's links, computed before the clocks start
+    assert len(links.read_text().splitlines()) == len((data / "train.en").read_text().splitlines())
+    assert f"--guided-alignment {links}" in proc.stderr
     for result in record["archs"].values():
         curve = result["curve"]
         assert len(curve) >= 3 and [r["step"] for r in curve] == sorted({r["step"] for r in curve})
@@ -394,17 +399,17 @@ def test_budget_benchmark_tests_the_snapshots_nearest_each_budget_and_resumes_a_
         assert slots == sorted(set(slots)) and all(s >= 1 for s in slots)
         assert [b["budget_minutes"] for b in result["budgets"]] == [0.01, 0.04]  # the run stopped short of 1
         for row in result["budgets"]:
-            assert 0 <= row["test_bleu"] <= 100 and 0 <= row["val_bleu"] <= 100
+            assert 0 <= row["test_bleu"] <= 100 and 0 <= row["val_bleu"] <= 100 and 0 <= row["aer"] <= 1
             assert (Path(result["run"]) / row["checkpoint"]).is_file()  # the snapshot is kept
     assert set(record["crossings"]) == {"minutes", "steps"}
     assert (tmp_path / "budget.png").read_bytes()[:4] == b"\x89PNG"
-    assert "Validation curves (transformer against rnn-bahdanau)" in (tmp_path / "budget.md").read_text()
-    transformer = Path(record["archs"]["transformer"]["run"])
+    assert "Validation curves (transformer-align against rnn-bahdanau)" in (tmp_path / "budget.md").read_text()
+    transformer = Path(record["archs"]["transformer-align"]["run"])
     (transformer / "summary.json").unlink()  # as if killed after its last checkpoint
-    steps = record["archs"]["transformer"]["steps"]
+    steps = record["archs"]["transformer-align"]["steps"]
     again = script("bench_budget.py", *[f if f != "0.05" else "0.07" for f in flags], "--", *tiny, cwd=tmp_path)
-    assert "[transformer]" in again.stderr and "--resume" in again.stderr and "[rnn-bahdanau]" not in again.stderr
-    assert check_record(out, "budget")["archs"]["transformer"]["steps"] > steps
+    assert "[transformer-align]" in again.stderr and "--resume" in again.stderr and "[rnn-bahdanau]" not in again.stderr
+    assert check_record(out, "budget")["archs"]["transformer-align"]["steps"] > steps
 
 
 def test_finetune_benchmark_tunes_a_base_and_scores_both_domains(data, tmp_path):
