@@ -15,7 +15,7 @@ COMMANDS = {
     "train": "train a model (no arguments: the toy quickstart)",
     "translate": "translate text with a trained model; a Unix filter; alignments, plots, attribution",
     "align": "score attention alignments against gold links (precision, recall, AER)",
-    "wordalign": "word alignments of a parallel corpus from a statistical aligner (eflomal), symmetrized",
+    "wordalign": "word alignments of a parallel corpus: eflomal (a statistical aligner) or the project's models",
     "compare": "side-by-side report of several trained systems on one test set",
     "shortlist": "build a run's lexical shortlist for translate --shortlist",
     "average": "average the weights of several checkpoints of one run",

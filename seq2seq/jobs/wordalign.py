@@ -8,7 +8,7 @@ eflomal aligns the corpus in both directions; the two sets of links are symmetri
 output can be scored against a gold with the same tokenization, used as a baseline for attention's
 alignments, or as supervision (``seq2seq train --guided-alignment``). The aligner is a dependency, not
 this project's code: the product here is the command, the symmetrization and the file checks
-(pip install 'seq2seq[align]').
+(pip install 'seq2seq[align]'). ``--method model`` aligns with this project's models instead (``wordalign_model.py``).
 """
 from __future__ import annotations
 
