@@ -212,19 +212,20 @@ def budget_row(record: str, arch: str, minutes: float) -> Row:
         Cell(field("val_greedy_bleu"), "{:.2f}"), Cell(field("aer"), "{:.3f}", optional=True), CPU))
 
 
-def alignment_row(record: str, run: str, preset: str) -> Row:
-    """A race row from a ``bench_alignment.py`` record: its run ``run``, which trained ``preset``."""
-    return Row(f"`{preset}`", record, (
+def alignment_row(record: str, run: str, preset: str, note: str = "") -> Row:
+    """A race row from a ``bench_alignment.py`` record: its run ``run``, which trained ``preset`` (and ``note``:
+    how, after the preset's name)."""
+    return Row(f"`{preset}`{note and ', ' + note}", record, (
         Cell(at("minutes"), "{:g}"), Cell(alignment_cores), Cell(at("runs", run, "steps"), "{:,}"),
         Cell(at("runs", run, "test_bleu"), "{:.2f}"), Cell(at("runs", run, "test_chrf"), "{:.1f}"),
         Cell(at("runs", run, "valid_bleu"), "{:.2f}"), Cell(at("runs", run, "default", "aer"), "{:.3f}"), CPU))
 
 
 def race_leaders(root: Path, loaded: list[Loaded]) -> str:
-    """Who leads by test BLEU (as the table writes it) among the rows of one record at one budget, per such
-    group, dated and linked."""
+    """Who leads by test BLEU (as the table writes it) among the rows of one race record (``bench_budget.py``: the
+    runs trained side by side) at one budget, per such group, dated and linked."""
     groups: dict[tuple[str, float], list[Loaded]] = {}
-    for item in loaded:
+    for item in (item for item in loaded if item.record.get("benchmark") == "budget"):
         groups.setdefault((item.row.record, item.values["minutes"]), []).append(item)
     verdicts = []
     for (name, minutes), items in groups.items():

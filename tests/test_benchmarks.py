@@ -412,6 +412,25 @@ def test_budget_benchmark_tests_the_snapshots_nearest_each_budget_and_resumes_a_
     assert check_record(out, "budget")["archs"]["transformer-align"]["steps"] > steps
 
 
+def test_wordalign_benchmark_scores_both_aligners_on_the_gold_pairs_with_their_cost(data, tmp_path):
+    pytest.importorskip("eflomal")
+    out = tmp_path / "wordalign.json"
+    gold = tmp_path / "gold.align"  # the first two val pairs: their first words aligned
+    gold.write_text("0-0\n0-0\n")
+    small = ["--d-model", "32", "--heads", "2", "--ff-size", "64", "--layers", "1", "--vocab-size", "60",
+             "--eval-every", "0", "--lr", "1e-2", "--max-steps", "110"]  # stops by steps, past the 100-update floor
+    script("bench_wordalign.py", "--data-dir", str(data), "--src", "en", "--tgt", "de", "--gold", str(gold),
+           "--minutes", "2", "--out", str(out), "--", *small, cwd=tmp_path)
+    record = check_record(out, "wordalign")
+    assert record["gold_pairs"] == 2 and record["corpus_pairs"] == 202  # 200 training pairs, then the gold's
+    assert set(record["aligners"]) == {"eflomal", "model (agreement)", "model (forward only)"}
+    for name, scores in record["aligners"].items():
+        assert 0 <= scores["aer"] <= 1 and 0 <= scores["recall"] <= 1
+        assert name == "model (forward only)" or scores["seconds"] > 0 and scores["peak_rss_mb"] > 50
+    assert len((out.with_suffix("") / "model.talp").read_text().splitlines()) == 202
+    assert "| eflomal |" in out.with_suffix(".md").read_text()
+
+
 def test_finetune_benchmark_tunes_a_base_and_scores_both_domains(data, tmp_path):
     out = tmp_path / "finetune.json"
     script("bench_finetune.py", "--data-dir", str(data), "--src", "en", "--tgt", "de", "--test-split", "test",

@@ -6,7 +6,9 @@ translation and the target reverses the order, so the gold links are (i, n - 1 -
 finds about a quarter of them, the diagonal a tenth (the middle word of odd lengths). The trained pair (the
 flags of ``SMALL``, on a 2-core AMD EPYC busy with other benchmarks): recall 0.99, precision 0.83 after 110 updates
 a direction (``-- --max-steps 110``, just past the floor of 100 that the budget must give); 1.00 / 1.00 after the
-~220 of a 0.15-minute budget, ~280 in the test's 0.2 minutes. The bounds below (0.8 / 0.6) leave that margin.
+~220 of a 0.15-minute budget, ~280 in 0.2 minutes. The bounds below (0.8 / 0.6) leave that margin; the test's
+0.5 minutes leave room for a CPU half as fast under the suite's load (an AVX2-only EPYC, another test on the
+other core) to pass the floor of 100 updates.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from seq2seq.training.decisions import FEW_UPDATES
 pytest.importorskip("eflomal")
 
 LEXICON = {f"s{i}": f"t{i}" for i in range(12)}
-MINUTES = 0.2  # both directions at once on a 2-core machine: 12 s of training each, ~300 updates when idle
+MINUTES = 0.5  # both directions at once on a 2-core machine: 30 s of training each, ~700 updates when idle
 # a model small enough to make its updates in that time, with a rate that learns the links in ~100 of them
 SMALL = ["--", "--d-model", "32", "--heads", "2", "--ff-size", "64", "--layers", "2", "--vocab-size", "60",
          "--warmup-steps", "20", "--eval-every", "0", "--max-tokens", "400", "--lr", "1e-2"]
@@ -80,7 +82,7 @@ def read_links(path: Path) -> list[set]:
     return [parse_pharaoh(line)[0] for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-@pytest.mark.slow  # two training processes (once per run, ~20 s on 2 cores)
+@pytest.mark.slow  # two training processes (once per run, ~35 s on 2 cores)
 def test_trains_both_directions_and_aligns_the_corpus(corpus, trained):
     source, _, gold = corpus
     output, err = trained
@@ -98,7 +100,7 @@ def test_trains_both_directions_and_aligns_the_corpus(corpus, trained):
     for run, languages in (("de-en", ("de", "en")), ("en-de", ("en", "de"))):
         summary = json.loads((home / run / "summary.json").read_text())
         assert summary["stopped"] == "max_minutes" and summary["steps"] >= FEW_UPDATES
-        assert budget <= summary["elapsed_s"] < budget + 5
+        assert budget <= summary["elapsed_s"] < budget + 30  # one after the other: half the budget each
         config = LoadedCheckpoint.read(home / run).config
         assert (config.data.src, config.data.tgt) == languages
         teacher = "teacher.talp" if run == "de-en" else "teacher.reversed.talp"
@@ -109,7 +111,7 @@ def test_trains_both_directions_and_aligns_the_corpus(corpus, trained):
     assert "schedule=at once" in err if cores >= 2 else "schedule=one after the other" in err
 
 
-@pytest.mark.slow  # two training processes (once per run, ~20 s on 2 cores)
+@pytest.mark.slow  # two training processes (once per run, ~35 s on 2 cores)
 def test_given_checkpoints_align_without_training_or_eflomal(corpus, trained, tmp_path, monkeypatch):
     source, target, _ = corpus
     output, _ = trained
@@ -139,7 +141,7 @@ def test_given_checkpoints_align_without_training_or_eflomal(corpus, trained, tm
     assert code == 2 and "the same direction as the forward model; give a en->de" in err
 
 
-@pytest.mark.slow  # two training processes (once per run, ~20 s on 2 cores)
+@pytest.mark.slow  # two training processes (once per run, ~35 s on 2 cores)
 def test_runs_already_in_the_output_dir_are_named_with_how_to_use_them(corpus, trained, tmp_path):
     source, target, _ = corpus
     home = Path(f"{trained[0]}.models")
