@@ -3,12 +3,12 @@
     python benchmarks/readme_results.py            # rewrite README.md's results section from the records
     python benchmarks/readme_results.py --check    # exit 1 with a unified diff when README.md differs from them
 
-The tables are data (``TABLES``; the machinery is ``readme_tables.py``): rows, each a label, the record it
-comes from (a JSON file under ``bench-results/``) and its cells, small functions of the loaded record with a
-format. The section between ``START`` and ``END`` in README.md is written from them, atomically; every row links its record, and every
-sentence about who leads is generated from the rows or records it names, with their dates. A row whose
-record, or a field it reads, is missing is an error naming the row, the record and the key. Adding a record to
-the README is one line in ``RACE`` or ``PEERS`` and a run of this script.
+The tables are data (``TABLES``; the machinery is ``readme_tables.py``): rows, each a label, the record it comes
+from (a JSON file under ``bench-results/``) and its cells, small functions of the loaded record with a format. The
+section between ``START`` and ``END`` in README.md is written from them, atomically; every row links its record,
+and every sentence about who leads is generated from the rows or records it names, with their dates. A row whose
+record, or a field it reads, is missing is an error naming the row, the record and the key. Adding a record to the
+README is one line in ``RACE`` or ``PEERS`` and a run of this script.
 """
 from __future__ import annotations
 
