@@ -1,7 +1,7 @@
 """A corpus word aligner against eflomal: ``seq2seq wordalign --method model`` and ``seq2seq wordalign`` (eflomal)
 on one corpus, scored on hand-made gold, with their wall time and peak memory (issue 66), from the repository root:
 
-    python benchmarks/bench_wordalign.py --data-dir MULTI30K [--minutes 50] [--sequential]
+    python benchmarks/bench_wordalign.py --data-dir MULTI30K [--minutes 50] [--sequential] [--rounds 2]
         [--gold examples/gold-alignments/multi30k-val-de-en.100.align] [--runs DIR] [--out FILE] [-- TRAIN FLAGS]
 
 1. **Corpus**: the training split plus the ``--gold`` pairs (the first lines of ``val``, one per gold line) at its
@@ -12,7 +12,8 @@ on one corpus, scored on hand-made gold, with their wall time and peak memory (i
 3. **model**: ``seq2seq wordalign --method model --max-minutes M`` (``--minutes``: both directions' training in
    all, ``transformer-align`` taught by eflomal's links; ``--sequential``: one direction after the other), its
    runs in ``runs/models``; then the forward model alone on the gold pairs (``--checkpoint``: what one direction
-   gives).
+   gives). ``--rounds N``: self-training, N rounds of that budget (each after the first taught by the round
+   before's links); every round's links are scored.
 4. **Scores**: precision, recall and AER of each aligner's links of the gold pairs; wall time of each command (the
    model's: eflomal's teacher, tokenizers, encoding, training, aligning) and the peak resident memory of its
    largest process and of its process tree (``measured.run_measured``).
@@ -80,7 +81,8 @@ def table(record: dict) -> str:
     m = record["machine"]
     head = (f"Word alignment of Multi30k train + {record['gold_pairs']} gold val pairs ({record['corpus_pairs']:,} "
             f"pairs), the gold pairs scored ({record['gold']}); `--method model`: {record['minutes']:g} minutes of "
-            f"training in all ({'one direction after the other' if record['sequential'] else 'both at once'}); "
+            f"training in all ({'one direction after the other' if record['sequential'] else 'both at once'}"
+            f"{', each of ' + str(record['rounds']) + ' rounds' if record['rounds'] > 1 else ''}); "
             f"{m['cpu']} ({m['cpu_capability']}), {m['cpus']} CPUs.\n\n")
     return head + markdown_table(["aligner", "AER", "precision", "recall", "wall s", "peak RSS MB (largest process)",
                                   "peak PSS MB (process tree)"], rows) + "\n"
@@ -93,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=50.0, help="--method model's training budget, both "
                                                                    "directions in all (default: 50)")
     parser.add_argument("--sequential", action="store_true", help="train one direction after the other")
+    parser.add_argument("--rounds", type=int, default=1, help="--method model's self-training rounds (default: 1)")
     parser.add_argument("--runs", type=Path, help="where the corpus, outputs and runs go (default: beside --out)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "wordalign.json")
     parser.add_argument("extra", nargs="*", help="seq2seq train flags for --method model's runs, after --")
@@ -107,13 +110,17 @@ def main(argv: list[str] | None = None) -> int:
     commands = {"eflomal": [*align, "--output", str(outputs["eflomal"])],
                 "model (agreement)": [*align, "--method", "model", "--max-minutes", str(args.minutes),
                                       "--output-dir", str(models), "--output", str(outputs["model (agreement)"]),
-                                      *(["--sequential"] if args.sequential else []),
+                                      *(["--sequential"] if args.sequential else []), "--rounds", str(args.rounds),
                                       *(["--", *args.extra] if args.extra else [])]}
     aligners = {}
     for name, command in commands.items():
         cost = measured(args, name, outputs[name], command)
         aligners[name] = {**cost, **scores(outputs[name], first, args, sources, targets)}
-    forward = models / f"{args.src}-{args.tgt}"
+    last = models if args.rounds == 1 else models / f"round-{args.rounds}"
+    for earlier in range(1, args.rounds):  # self-training: the rounds before the last
+        aligners[f"model, round {earlier} (agreement)"] = scores(models / f"round-{earlier}" / "links.talp", first,
+                                                                 args, sources, targets)
+    forward = last / f"{args.src}-{args.tgt}"
     if (forward / "best.pt").is_file():  # one direction: the forward model alone, on the gold pairs only
         gold_src, gold_tgt, links = (args.runs / name for name in ("gold.src", "gold.tgt", "forward.talp"))
         gold_src.write_text("".join(line + "\n" for line in sources), encoding="utf-8")
@@ -124,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         aligners["model (forward only)"] = scores(links, 0, args, sources, targets)
     record = {**provenance("wordalign"), "gold": display_path(args.gold), "gold_pairs": len(sources),
               "corpus_pairs": first + len(sources), "minutes": args.minutes, "sequential": args.sequential,
+              "rounds": args.rounds,
               "extra_flags": args.extra, "aligners": aligners}
     text = table(record)
     write_record(args.out, record, text)

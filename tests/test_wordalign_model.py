@@ -153,6 +153,28 @@ def test_runs_already_in_the_output_dir_are_named_with_how_to_use_them(corpus, t
     assert not (tmp_path / "out.talp").exists()
 
 
+@pytest.mark.slow  # two rounds of two training processes (~30 s on 2 cores)
+def test_self_training_teaches_the_second_round_with_the_first_rounds_links(tmp_path):
+    source, target = write_corpus(tmp_path)
+    output = tmp_path / "links.talp"
+    code, _, err = run_main(["wordalign", "--method", "model", "--max-minutes", "2", "--rounds", "2", "--source",
+                             str(source), "--target", str(target), "--output", str(output), *SMALL,
+                             "--max-steps", "120"])  # each run stops by its steps, past the floor, well in budget
+    assert code == 0, err
+    home = tmp_path / "links.talp.models"
+    first = read_links(home / "round-1" / "links.talp")
+    assert len(first) == 300 and read_links(home / "round-2" / "teacher.talp") == first  # round 2's teacher
+    assert read_links(home / "round-2" / "teacher.reversed.talp") == [transpose_links(links) for links in first]
+    for run in ("de-en", "en-de"):
+        assert (home / "round-1" / run / "best.pt").is_file() and (home / "round-2" / run / "best.pt").is_file()
+    config = LoadedCheckpoint.read(home / "round-2" / "de-en").config
+    assert config.guided.links == str(home / "round-2" / "teacher.talp")
+    lengths = [len(line.split()) for line in source.read_text(encoding="utf-8").splitlines()]
+    gold = [{(i, n - 1 - i) for i in range(n)} for n in lengths]
+    found = read_links(output)
+    assert sum(len(f & g) for f, g in zip(found, gold)) / sum(map(len, gold)) > 0.8  # recall of the last round
+
+
 def test_a_budget_too_small_to_train_is_named_with_one_that_is_not(tmp_path):
     source, target = write_corpus(tmp_path)
     output = tmp_path / "links.talp"
@@ -188,6 +210,8 @@ def write_pair(tmp_path: Path, sources: list[str], targets: list[str]) -> list[s
     (["--max-minutes", "1", "--", "--max-minutes=3"], "--max-minutes=3 after --"),
     (["--max-minutes", "1", "--model", "2"], "--model is an option of --method eflomal, not of --method model"),
     (["--checkpoint", "RUN", "--symmetrize", "intersection"], "--symmetrize intersection needs --backward-checkpoint"),
+    (["--max-minutes", "1", "--rounds", "0"], "--rounds 0: give 1 or more rounds"),
+    (["--checkpoint", "RUN", "--rounds", "2"], "--rounds is for training (--max-minutes)"),
 ])
 def test_option_errors_are_named(tmp_path, flags, expected):
     argv = write_pair(tmp_path, ["s1 s2"], ["t2 t1"])

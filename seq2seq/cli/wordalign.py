@@ -28,8 +28,9 @@ RESERVED = ("--data-dir", "--dataset", "--dataset-config", "--train-file", "--va
 EFLOMAL_ONLY = {"model": "--model", "iterations": "--iterations"}
 MODEL_ONLY = {"checkpoint": "--checkpoint", "backward_checkpoint": "--backward-checkpoint",
               "max_minutes": "--max-minutes", "preset": "--preset", "output_dir": "--output-dir",
-              "sequential": "--sequential", "train_flags": "train flags after --", "batch_size": "--batch-size"}
-TRAINING_ONLY = ("preset", "output_dir", "sequential", "train_flags")
+              "sequential": "--sequential", "rounds": "--rounds", "train_flags": "train flags after --",
+              "batch_size": "--batch-size"}
+TRAINING_ONLY = ("preset", "output_dir", "sequential", "rounds", "train_flags")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -64,6 +65,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     model.add_argument("--sequential", action="store_true",
                        help="with --max-minutes: train one direction after the other, half the budget each, on "
                             "all the cores (default: at once where there are 2 cores or more)")
+    model.add_argument("--rounds", type=int,
+                       help="with --max-minutes: self-training, N rounds (default 1): each after the first trains both "
+                            "directions again, --max-minutes each round, taught by the links of the round before "
+                            "(OUTPUT_DIR/round-K) instead of eflomal's")
     model.add_argument("--batch-size", type=int, help=f"sentence pairs per forward pass when aligning "
                                                       f"(default: {FORCED_BATCH_SIZE})")
     add_device_flag(model)

@@ -21,6 +21,11 @@ The models are a source->target and a target->source one, either
   small budget stopped before ``training.decisions.FEW_UPDATES`` updates (the floor below which the project warns
   that a model cannot translate yet) is a named error that says what budget to give.
 
+**Self-training** (``rounds`` > 1, issue 66): each further round trains both directions again from scratch, within
+the same budget, taught by the round before's links of the corpus (the agreement of its two models, which are
+closer to the gold than eflomal's) in place of eflomal's; round K's runs and links are kept in
+``output_dir/round-K``, the last round's links are the output.
+
 Then every pair is force-decoded by both models and their word attention combined by agreement (with one model:
 its links), by ``seq2seq align``'s own path (``jobs.align.evaluate`` with ``output`` and no gold), and the links
 are written atomically to ``output``. Words are the whitespace tokens of the files, as eflomal's: every line needs
@@ -39,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..alignment.eflomal import eflomal_links
-from ..alignment.links import to_pharaoh, transpose_links
+from ..alignment.links import read_pharaoh_file, to_pharaoh, transpose_links
 from ..checkpoint.file import holds_checkpoints
 from ..config import FORCED_BATCH_SIZE, MODEL_SYMMETRIZATIONS, SELF_GUIDANCE, RunConfig
 from ..errors import UserError
@@ -74,6 +79,7 @@ class ModelAlignJob:
     train_config: RunConfig | None = None  # the preset with options over it (None: ``preset`` as it is)
     output_dir: str | None = None  # where the runs are kept (None: ``<output>.models``)
     sequential: bool = False  # train one direction after the other even with several cores
+    rounds: int = 1  # self-training: each round after the first taught by the round before's links
     symmetrize: str | None = None  # None: agreement with two models, else forward
     batch_size: int = FORCED_BATCH_SIZE
     device: str = "auto"
@@ -85,14 +91,28 @@ def model_word_align(job: ModelAlignJob) -> int:
     if job.max_minutes is not None:
         _check_teacher(job)
     sources, targets = read_corpus(job.source, job.target)
-    forward, backward = job.checkpoint, job.backward_checkpoint
-    if job.checkpoint is None:
-        forward, backward = (str(run) for run in train_directions(job, sources, targets))
-    evaluate(AlignJob(checkpoint=forward, source=job.source, target=job.target, output=job.output,
+    if job.checkpoint is not None:
+        _align(job, job.checkpoint, job.backward_checkpoint, job.output)
+        return len(sources)
+    home = Path(job.output_dir) if job.output_dir else default_output_dir(job.output)
+    directories = [home] if job.rounds == 1 else [home / f"round-{k}" for k in range(1, job.rounds + 1)]
+    for directory in directories:  # before any training
+        check_free(directory, run_directories(job, directory))
+    teacher = None  # round 1: eflomal's links (if the preset learns from them)
+    for directory in directories:
+        forward, backward = train_directions(job, sources, targets, directory, teacher)
+        links = job.output if directory == directories[-1] else str(directory / "links.talp")
+        _align(job, str(forward), str(backward), links)
+        teacher = read_pharaoh_file(links)[0]
+    return len(sources)
+
+
+def _align(job: ModelAlignJob, forward: str, backward: str | None, output: str) -> None:
+    """The corpus's links from ``forward`` (and ``backward``), written to ``output``."""
+    evaluate(AlignJob(checkpoint=forward, source=job.source, target=job.target, output=output,
                       backward_checkpoint=backward, symmetrize=job.symmetrize, batch_size=job.batch_size,
                       device=job.device))
-    log("wordalign", method="model", pairs=len(sources), forward=forward, backward=backward, output=job.output)
-    return len(sources)
+    log("wordalign", method="model", forward=forward, backward=backward, output=output)
 
 
 def _check_options(job: ModelAlignJob) -> None:
@@ -104,6 +124,9 @@ def _check_options(job: ModelAlignJob) -> None:
     if job.backward_checkpoint is not None and job.checkpoint is None:
         raise UserError("--backward-checkpoint goes with --checkpoint (the source->target model); with "
                         "--max-minutes both directions are trained")
+    if job.rounds < 1 or job.rounds > 1 and job.max_minutes is None:
+        raise UserError(f"--rounds {job.rounds}: give 1 or more rounds of training (each after the first taught by "
+                        "the links of the round before), with --max-minutes")
     if job.max_minutes is not None and not (math.isfinite(job.max_minutes) and job.max_minutes > 0):
         raise UserError(f"--max-minutes must be a positive number of minutes (both directions' training in all), "
                         f"got {job.max_minutes}")
@@ -161,25 +184,40 @@ def default_output_dir(output: str) -> Path:
     return Path(f"{output}.models")
 
 
-def train_directions(job: ModelAlignJob, sources: list[str], targets: list[str]) -> tuple[Path, Path]:
-    """Train the source->target and target->source runs on the corpus within ``job.max_minutes`` (module
-    docstring); returns their directories."""
-    base = _base_config(job)
-    home = Path(job.output_dir) if job.output_dir else default_output_dir(job.output)
+def run_directories(job: ModelAlignJob, home: Path) -> tuple[Path, Path]:
+    """The source->target and target->source runs' directories in ``home``, named by ``language_codes``."""
     src, tgt = language_codes(job.source, job.target)
-    runs = home / f"{src}-{tgt}", home / f"{tgt}-{src}"
+    return home / f"{src}-{tgt}", home / f"{tgt}-{src}"
+
+
+def check_free(home: Path, runs: tuple[Path, Path]) -> None:
+    """A named error when a run directory already holds a trained run (it would be trained over)."""
     for run in runs:
         if holds_checkpoints(run):
             raise UserError(f"--output-dir {home}: {run} holds a trained run already; align with those models "
                             f"(--checkpoint {runs[0]} --backward-checkpoint {runs[1]}) or choose another --output-dir")
+
+
+def train_directions(job: ModelAlignJob, sources: list[str], targets: list[str], home: Path,
+                     teacher: list[set] | None = None) -> tuple[Path, Path]:
+    """Train the source->target and target->source runs on the corpus in ``home`` within ``job.max_minutes``
+    (module docstring), taught by ``teacher`` (links of the corpus; None: eflomal's, if the preset learns from
+    them); returns their directories."""
+    base = _base_config(job)
+    src, tgt = language_codes(job.source, job.target)
+    runs = run_directories(job, home)
+    check_free(home, runs)
     _write_corpus(home / CORPUS, sources, targets, src, tgt)
-    teacher = _write_teacher(home, sources, targets) if base.guided.links == EFLOMAL else None
+    if teacher is None and base.guided.links == EFLOMAL:
+        log("wordalign", teacher="eflomal", pairs=len(sources))
+        teacher = eflomal_links(sources, targets)
+    teachers = _write_teacher(home, teacher) if teacher is not None else None
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     together = cores >= 2 and not job.sequential
     minutes = job.max_minutes if together else job.max_minutes / 2
     threads = max(1, cores // 2) if together else 0
     configs = [_run_config(base, home, run, codes, links, minutes, threads, job.device)
-               for run, codes, links in zip(runs, ((src, tgt), (tgt, src)), teacher or (None, None))]
+               for run, codes, links in zip(runs, ((src, tgt), (tgt, src)), teachers or (None, None))]
     log("wordalign", method="model", training=f"{src}-{tgt} and {tgt}-{src}", preset=job.preset,
         schedule="at once" if together else "one after the other", minutes_each=minutes, output_dir=home)
     if together:
@@ -204,11 +242,9 @@ def _write_corpus(directory: Path, sources: list[str], targets: list[str], src: 
                 out.writelines(line + "\n" for line in part)
 
 
-def _write_teacher(home: Path, sources: list[str], targets: list[str]) -> tuple[Path, Path]:
-    """eflomal's links of the corpus (``teacher.talp``) and the same links transposed for the backward run
-    (``teacher.reversed.talp``): one line per pair, computed once for both directions."""
-    log("wordalign", teacher="eflomal", pairs=len(sources))
-    links = eflomal_links(sources, targets)
+def _write_teacher(home: Path, links: list[set]) -> tuple[Path, Path]:
+    """The teacher's links of the corpus (``teacher.talp``: eflomal's, or the round before's) and the same links
+    transposed for the backward run (``teacher.reversed.talp``): one line per pair, for both directions."""
     paths = home / "teacher.talp", home / "teacher.reversed.talp"
     for path, lines in zip(paths, (links, [transpose_links(pair) for pair in links])):
         with atomic_output(path) as out:
