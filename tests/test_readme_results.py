@@ -86,27 +86,33 @@ def test_a_changed_number_fails_the_check_naming_its_row(copy_root: Path):
 
 
 def test_a_changed_score_changes_who_leads(copy_root: Path):
-    def transformer_ahead(record):
-        record["archs"]["transformer"]["budgets"][-1]["test_bleu"] = 41.0
+    def rnn_ahead(record):
+        record["archs"]["rnn-bahdanau"]["budgets"][-1]["test_bleu"] = 43.0
 
-    edit_record(copy_root, "budget-90-2026-11-25.json", transformer_ahead)
+    edit_record(copy_root, "budget-90-2026-11-28.json", rnn_ahead)
     results.write(copy_root)
     text = (copy_root / "README.md").read_text(encoding="utf-8")
-    assert "`transformer` at 90 minutes (1 core each) by 0.46 (2026-11-25, [budget-90-2026-11-25]" in text
+    assert "`rnn-bahdanau` at 90 minutes (1 core each) by 0.12 (2026-11-28, [budget-90-2026-11-28]" in text
 
 
 def test_a_budget_row_shows_an_aer_when_its_record_has_one(copy_root: Path):
     def with_aer(record):
         record["archs"]["rnn-bahdanau"]["budgets"][-1]["aer"] = 0.2875
 
-    edit_record(copy_root, "budget-2026-11-25.json", with_aer)
+    edit_record(copy_root, "budget-90-2026-11-28.json", with_aer)
     results.write(copy_root)
-    assert "| 36.33 | 0.287 | AMD EPYC AVX2 |" in (copy_root / "README.md").read_text(encoding="utf-8")
+    assert "| 39.41 | 0.287 | AMD EPYC AVX512 |" in (copy_root / "README.md").read_text(encoding="utf-8")
+    def without_aer(record):
+        del record["archs"]["rnn-bahdanau"]["budgets"][-1]["aer"]
+
+    edit_record(copy_root, "budget-90-2026-11-28.json", without_aer)
+    results.write(copy_root)
+    assert "| 39.41 |  | AMD EPYC AVX512 |" in (copy_root / "README.md").read_text(encoding="utf-8")
 
 
 def test_a_missing_record_is_an_error_naming_row_and_record(copy_root: Path):
-    (copy_root / "bench-results" / "budget-2026-11-25.json").unlink()
-    with pytest.raises(RecordError, match=r"The race, row '`rnn-bahdanau`' \(bench-results/budget-2026-11-25.json\)"
+    (copy_root / "bench-results" / "budget-90-2026-11-28.json").unlink()
+    with pytest.raises(RecordError, match=r"The race, row '`rnn-bahdanau`' \(bench-results/budget-90-2026-11-28.json\)"
                                           r": no record"):
         results.check(copy_root)
     assert results.main(["--check", "--root", str(copy_root)]) == 2
@@ -124,12 +130,12 @@ def test_a_missing_key_is_an_error_naming_row_record_and_key(copy_root: Path):
 
 def test_a_declared_row_with_a_missing_budget_or_key_raises(copy_root: Path):
     declared = Table("Made up", "for the test.", results.RACE_HEADER,
-                     (results.budget_row("budget-2026-11-25.json", "transformer", 45),))
-    with pytest.raises(RecordError, match=r"has no key 'archs.transformer.budgets\[budget_minutes=45\]'"):
+                     (results.budget_row("budget-90-2026-11-28.json", "transformer-align", 60),))
+    with pytest.raises(RecordError, match=r"has no key 'archs.transformer-align.budgets\[budget_minutes=60\]'"):
         results.render(copy_root, (declared,))
-    plain = Table("Made up", "for the test.", ("system", "x"), (Row("one", "budget-2026-11-25.json",
+    plain = Table("Made up", "for the test.", ("system", "x"), (Row("one", "budget-90-2026-11-28.json",
                                                                     (Cell(at("no", "such", "key")),)),))
-    with pytest.raises(RecordError, match=r"Made up, row 'one'.*budget-2026-11-25.json has no key 'no'"):
+    with pytest.raises(RecordError, match=r"Made up, row 'one'.*budget-90-2026-11-28.json has no key 'no'"):
         results.render(copy_root, (plain,))
     gone = Table("Made up", "for the test.", ("system", "x"), (Row("two", "no-such-record.json", (Cell(at("a")),)),))
     with pytest.raises(RecordError, match=r"row 'two' \(bench-results/no-such-record.json\): no record"):
