@@ -431,6 +431,16 @@ def test_wordalign_benchmark_scores_both_aligners_on_the_gold_pairs_with_their_c
     assert "| eflomal |" in out.with_suffix(".md").read_text()
 
 
+def test_first_start_benchmark_times_the_command_a_user_types(tmp_path):
+    out = tmp_path / "first.json"  # eager only: a real compile takes half a minute (the record's runs do it)
+    script("bench_first_start.py", "--checkpoint", str(ROOT / "tests/data/pre-tiers/transformer.pt"), "--toy",
+           "--sentences", "3", "--modes", "eager", "--out", str(out), cwd=tmp_path)
+    record = check_record(out, "first_start")
+    (result,) = record["checkpoints"].values()
+    assert record["sentences"] == 3 and 0 < result["eager"]["first_line_s"] <= result["eager"]["last_line_s"]
+    assert "| eager |" in out.with_suffix(".md").read_text()
+
+
 def test_finetune_benchmark_tunes_a_base_and_scores_both_domains(data, tmp_path):
     out = tmp_path / "finetune.json"
     script("bench_finetune.py", "--data-dir", str(data), "--src", "en", "--tgt", "de", "--test-split", "test",
