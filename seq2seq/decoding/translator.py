@@ -46,12 +46,6 @@ from .translation import Translation
 from ..tokenizer import EOS_ID, PAD_ID, Tokenizer
 
 
-def compile_conflict(engine: str) -> UserError:
-    """The error of ``--compile`` with an engine whose search is not ours (nothing of ours to compile)."""
-    return UserError(f"--compile (and --compile-cache) compiles our engine's decoding step; --engine {engine} runs "
-                     "CTranslate2's search instead: drop one of them")
-
-
 class Translator:
     """Translates with a model and its tokenizer; with a ``shortlist`` every batch is decoded over
     the target tokens its sources can produce (``seq2seq.decoding.shortlist``), not the whole vocabulary.
@@ -185,7 +179,8 @@ class Translator:
             models = [build_decoding_model(member, dev, precision) for member in loaded]
         model = models[0] if len(models) == 1 else EnsembleModel(models)
         if compile and search is not None:
-            raise compile_conflict(setup.engine)
+            raise UserError(f"--compile (and --compile-cache) compiles our engine's decoding step; --engine "
+                            f"{setup.engine} runs CTranslate2's search instead: drop one of them")
         wanted = compile_pays(dev, precision) if compile is None else compile
         compiled = compile_decoding(model, setup.compile_cache) if wanted and search is None else False
         origin = ModelOrigin(checkpoints=tuple(str(p.path if isinstance(p, LoadedCheckpoint) else p) for p in paths),

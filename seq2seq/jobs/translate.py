@@ -3,9 +3,7 @@ plots and scores.
 
 Input is read and translated in chunks (one line at a time when stdin is a terminal), so the
 command works as an interactive filter and on files larger than memory; outputs are flushed
-after each chunk and always come out in input order, one line per input line. With --compile the
-decoding of lone sentences compiles (or loads its packages) in the background while the first lines
-translate eagerly; at the end the command waits for it, so that the next start loads it.
+after each chunk and always come out in input order, one line per input line.
 
 With --alignments / --plot-dir every sentence's attention (and, with --attribution, the chosen
 methods' attribution matrices of the chosen output) is exported as one JSONL
@@ -29,14 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from ..decoding.ensemble import EnsembleModel
 from ..decoding.forced_alignment import BackwardAligner
 from ..decoding.document import page_or_lines, translate_document
 from ..decoding.markup import MODES as MARKUP_MODES, mark_translations, parse, parse_lines, plain_prefixes
 from ..decoding.translation import EmptyOutputs
-from ..decoding.translator import Translation, Translator, compile_conflict
+from ..decoding.translator import Translation, Translator
 from ..config import AlignConfig, AttributionConfig, DecodeConfig
 from ..errors import UserError
 from ..io_utils import atomic_output, chunks, counted, read_lines
@@ -44,7 +41,6 @@ from .outputs import write_jsonl, write_text
 from ..metrics import corpus_scores
 from ..runtime import LOGGER
 from ..alignment.matrices import check_layer_heads
-from ..models.compiled import BackgroundCompile
 
 #: What an alignment record's ``members`` entries hold besides ``checkpoint`` (docs/formats.md).
 MEMBER_KEYS = ("attention_shape", "layer_used", "subword_matrix", "word_matrix", "subword_shape", "word_shape",
@@ -96,9 +92,9 @@ def translate_stream(job: TranslateJob) -> int:
     _check_markup(job)
     decode = job.decode
     translator = Translator.from_checkpoints(job.checkpoints, decode=decode, device=job.device, precision=job.precision,
-                                             shortlist=job.shortlist, compile=False, compile_cache=job.compile_cache,
+                                             shortlist=job.shortlist, compile=job.compile or bool(job.compile_cache),
+                                             compile_cache=job.compile_cache,
                                              shortlist_sizes=job.shortlist_sizes, engine=job.engine)
-    compiling = _compile_in_background(job, translator)
     backward = _backward_aligner(job, translator)  # reads its own supervised attention: before for_model
     job = dataclasses.replace(job, align=job.align.for_model(translator.supervised_attention))
     interactive = job.input in (None, "-") and sys.stdin.isatty()
@@ -149,28 +145,11 @@ def translate_stream(job: TranslateJob) -> int:
             empty.add(results)
             done += len(results)
         _check_per_line(per_line, job.input, done, final=True)  # inside the block: nothing is written
-    if compiling is not None and compiling.status == "compiling":  # finished, so the next start loads it
-        LOGGER.info(f"translate: the compiled step is still compiling; waiting for it, to keep it in "
-                    f"{job.compile_cache} for the next start" if job.compile_cache else
-                    "translate: the compiled step is still compiling; waiting for it")
-        compiling.wait()
     if empty.warning():
         LOGGER.warning(empty.warning())
     if references is not None:
         _print_scores(texts, references, job)
     return done
-
-
-def _compile_in_background(job: TranslateJob, translator: Translator) -> BackgroundCompile | None:
-    """``--compile`` / ``--compile-cache``: the decoding of lone sentences compiled (or its packages loaded from
-    ``compile_cache``) in a thread of its own while the first sentences translate eagerly, so output starts at once
-    and the compiled step takes over once ready (``Translator.compile_in_background``, as ``seq2seq serve``); None
-    without them."""
-    if not (job.compile or job.compile_cache):
-        return None
-    if translator.engine is not None:
-        raise compile_conflict(job.engine)
-    return translator.compile_in_background([job.decode.beam_size or 1], threads=torch.get_num_threads())
 
 
 def _check_per_line(per_line: dict[str, tuple[str, list[str]]], source: str | None, seen: int, final: bool) -> None:
