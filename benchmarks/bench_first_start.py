@@ -8,9 +8,8 @@ Each run is the command a user types, in a process of its own, fed ``--sentences
 (``--batch-size 1``: lone sentences, the compiled step's case; the command writes a chunk of 16 lines at a time):
 the seconds from its start to its first output line (start-up, model load, the first chunk) and to its last, and
 whether its outputs equal eager decoding's. Modes, in order: ``eager``; ``compile, first start`` (a fresh
-``--compile-cache``: the step compiles, in the background while the first lines translate eagerly, and the command
-waits for it at the end); ``compile, second start`` (the same cache: the packages load). Speed figures need the
-machine to itself.
+``--compile-cache``: the step and encoder compile into packages at the first sentence); ``compile, second start``
+(the same cache: the packages load). Speed figures need the machine to itself.
 """
 from __future__ import annotations
 
