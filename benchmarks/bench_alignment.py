@@ -32,7 +32,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import ROOT, add_multi30k_flags, copy_tokenizer, preset_command, provenance, shared_tokenizer, write_record
+from common import (ROOT, add_multi30k_flags, copy_tokenizer, gold_pairs, preset_command, provenance, score_links,
+                    shared_tokenizer, write_record)
 from seq2seq.io_utils import display_path, markdown_table, read_lines
 
 #: name -> (preset, extra train flags); ``{talp}`` is eflomal's alignment of the training split, ``{runs}`` the
@@ -90,13 +91,6 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
 DEFAULT_VARIANTS = list(VARIANTS)
 
 
-def gold_pairs(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    count = len(read_lines(args.gold))
-    sources = read_lines(args.data_dir / f"{args.gold_split}.{args.src}")[:count]
-    targets = read_lines(args.data_dir / f"{args.gold_split}.{args.tgt}")[:count]
-    return sources, targets
-
-
 def eflomal_links(args: argparse.Namespace, sources: list[str], targets: list[str]) -> Path:
     """``runs/eflomal.talp``: eflomal on train + the gold pairs (one corpus, so the gold pairs are aligned
     with the training statistics); ``runs/train.talp`` its training part (the guided supervision)."""
@@ -127,14 +121,6 @@ def teacher_links(args: argparse.Namespace, rule: str) -> Path:
         lines = whole.read_text(encoding="utf-8").splitlines()
         train.write_text("".join(line + "\n" for line in lines[:count]), encoding="utf-8")
     return train
-
-
-def score_links(lines: list[str], gold) -> dict:
-    from seq2seq.alignment.links import alignment_error_rate, parse_pharaoh
-
-    sure, possible = gold
-    predicted = [parse_pharaoh(line)[0] for line in lines]
-    return vars(alignment_error_rate(predicted, sure, possible))
 
 
 def train_commands(args: argparse.Namespace, spm: Path, threads: int | None) -> list[tuple[str, list[str]]]:
@@ -291,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     args.runs.mkdir(parents=True, exist_ok=True)
-    sources, targets = gold_pairs(args)
+    sources, targets = gold_pairs(args.data_dir, args.src, args.tgt, args.gold, args.gold_split)
     gold = read_gold_alignments(args.gold, sources, targets)
     record = {**provenance("alignment"), "gold": display_path(args.gold), "gold_split": args.gold_split,
               "gold_pairs": len(sources), "minutes": args.minutes, "parallel": args.parallel,

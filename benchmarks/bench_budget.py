@@ -37,8 +37,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import (ROOT, add_multi30k_flags, add_run_flags, copy_tokenizer, preset_command, provenance, runs_dir,
-                    shared_tokenizer, write_record)
+from common import (ROOT, add_multi30k_flags, add_run_flags, copy_tokenizer, gold_pairs, preset_command, provenance,
+                    runs_dir, shared_tokenizer, write_record)
 from seq2seq.io_utils import markdown_table
 
 ARCHS = ("rnn-bahdanau", "transformer-align")
@@ -115,14 +115,10 @@ def gold_files(args: argparse.Namespace, runs: Path) -> tuple[Path, Path] | None
     """``--gold``'s sentence pairs (the first lines of ``val``, one per gold line) as ``runs/gold.{src,tgt}``."""
     if args.gold is None:
         return None
-    count = len(args.gold.read_text(encoding="utf-8").splitlines())
-    paths = []
-    for lang, side in ((args.src, "src"), (args.tgt, "tgt")):
-        path = runs / f"gold.{side}"
-        lines = (args.data_dir / f"val.{lang}").read_text(encoding="utf-8").splitlines()[:count]
+    paths = runs / "gold.src", runs / "gold.tgt"
+    for path, lines in zip(paths, gold_pairs(args.data_dir, args.src, args.tgt, args.gold)):
         path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        paths.append(path)
-    return paths[0], paths[1]
+    return paths
 
 
 def gold_aer(snapshot: Path, args: argparse.Namespace, gold_pairs: tuple[Path, Path]) -> float:

@@ -30,8 +30,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import ROOT, add_multi30k_flags, provenance, write_record
+from common import ROOT, add_multi30k_flags, gold_pairs, provenance, score_links, write_record
 from measured import run_measured
+from seq2seq.alignment.links import read_gold_alignments
 from seq2seq.io_utils import display_path, markdown_table, read_lines
 
 GOLD = ROOT / "examples" / "gold-alignments" / "multi30k-val-de-en.100.align"
@@ -40,15 +41,13 @@ GOLD = ROOT / "examples" / "gold-alignments" / "multi30k-val-de-en.100.align"
 def write_corpus(args: argparse.Namespace) -> tuple[Path, Path, int]:
     """``runs/corpus.{SRC,TGT}`` (``--src``, ``--tgt``: the runs' names follow them): the training split, then the
     gold pairs; returns the files and the gold's first line (0-based)."""
-    gold_lines = len(read_lines(args.gold))
     paths = []
-    for lang in (args.src, args.tgt):
+    for lang, gold in zip((args.src, args.tgt), gold_pairs(args.data_dir, args.src, args.tgt, args.gold)):
         train = read_lines(args.data_dir / f"train.{lang}")
-        gold = read_lines(args.data_dir / f"val.{lang}")[:gold_lines]
         path = args.runs / f"corpus.{lang}"
         path.write_text("".join(line + "\n" for line in train + gold), encoding="utf-8")
         paths.append(path)
-    return paths[0], paths[1], len(read_lines(paths[0])) - gold_lines
+    return paths[0], paths[1], len(train)
 
 
 def measured(args: argparse.Namespace, name: str, output: Path, command: list[str]) -> dict:
@@ -63,13 +62,9 @@ def measured(args: argparse.Namespace, name: str, output: Path, command: list[st
     return known[name]
 
 
-def scores(links_file: Path, first: int, args: argparse.Namespace, sources: list[str], targets: list[str]) -> dict:
-    """Precision, recall and AER of ``links_file``'s lines ``first``... (the gold pairs) against ``--gold``."""
-    from seq2seq.alignment.links import alignment_error_rate, parse_pharaoh, read_gold_alignments
-
-    lines = read_lines(links_file)[first:]
-    sure, possible = read_gold_alignments(str(args.gold), sources, targets)
-    return vars(alignment_error_rate([parse_pharaoh(line)[0] for line in lines], sure, possible))
+def scores(links_file: Path, first: int, gold: tuple[list, list]) -> dict:
+    """Precision, recall and AER of ``links_file``'s lines ``first``... (the gold pairs) against ``gold``."""
+    return score_links(read_lines(links_file)[first:], gold)
 
 
 def table(record: dict) -> str:
@@ -104,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     args.runs.mkdir(parents=True, exist_ok=True)
     source, target, first = write_corpus(args)
     sources, targets = read_lines(source)[first:], read_lines(target)[first:]
+    gold = read_gold_alignments(str(args.gold), sources, targets)  # (sure, possible) links of the gold pairs
     align = [sys.executable, "-m", "seq2seq", "wordalign", "--source", str(source), "--target", str(target)]
     models = args.runs / "models"
     outputs = {"eflomal": args.runs / "eflomal.talp", "model (agreement)": args.runs / "model.talp"}
@@ -115,11 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     aligners = {}
     for name, command in commands.items():
         cost = measured(args, name, outputs[name], command)
-        aligners[name] = {**cost, **scores(outputs[name], first, args, sources, targets)}
+        aligners[name] = {**cost, **scores(outputs[name], first, gold)}
     last = models if args.rounds == 1 else models / f"round-{args.rounds}"
     for earlier in range(1, args.rounds):  # self-training: the rounds before the last
-        aligners[f"model, round {earlier} (agreement)"] = scores(models / f"round-{earlier}" / "links.talp", first,
-                                                                 args, sources, targets)
+        rounds_links = models / f"round-{earlier}" / "links.talp"
+        aligners[f"model, round {earlier} (agreement)"] = scores(rounds_links, first, gold)
     forward = last / f"{args.src}-{args.tgt}"
     if (forward / "best.pt").is_file():  # one direction: the forward model alone, on the gold pairs only
         gold_src, gold_tgt, links = (args.runs / name for name in ("gold.src", "gold.tgt", "forward.talp"))
@@ -128,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([sys.executable, "-m", "seq2seq", "wordalign", "--method", "model", "--checkpoint",
                         str(forward), "--source", str(gold_src), "--target", str(gold_tgt), "--output", str(links)],
                        check=True, cwd=ROOT)
-        aligners["model (forward only)"] = scores(links, 0, args, sources, targets)
+        aligners["model (forward only)"] = scores(links, 0, gold)
     record = {**provenance("wordalign"), "gold": display_path(args.gold), "gold_pairs": len(sources),
               "corpus_pairs": first + len(sources), "minutes": args.minutes, "sequential": args.sequential,
               "rounds": args.rounds,

@@ -172,6 +172,22 @@ def greedy_steps(step, rows: int, steps: int) -> tuple[float, list]:
     return (time.perf_counter() - start) / steps, seen
 
 
+def gold_pairs(data_dir: Path, src: str, tgt: str, gold: Path, split: str = "val") -> tuple[list[str], list[str]]:
+    """The sentence pairs a gold alignment file aligns: the first lines of ``split``, one per line of ``gold``."""
+    from seq2seq.io_utils import read_lines
+
+    count = len(read_lines(gold))
+    return tuple(read_lines(data_dir / f"{split}.{lang}")[:count] for lang in (src, tgt))
+
+
+def score_links(lines: list[str], gold: tuple[list, list]) -> dict:
+    """Precision, recall and AER of Pharaoh ``lines`` against ``gold``'s (sure, possible) links, one per pair."""
+    from seq2seq.alignment.links import alignment_error_rate, parse_pharaoh
+
+    sure, possible = gold
+    return vars(alignment_error_rate([parse_pharaoh(line)[0] for line in lines], sure, possible))
+
+
 def runs_dir(args) -> Path:
     """The directory of ``add_run_flags``' runs (``--runs``, or ``--out`` without its suffix), created."""
     runs = args.runs or args.out.with_suffix("")

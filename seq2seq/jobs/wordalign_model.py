@@ -99,11 +99,12 @@ def model_word_align(job: ModelAlignJob) -> int:
     for directory in directories:  # before any training
         check_free(directory, run_directories(job, directory))
     teacher = None  # round 1: eflomal's links (if the preset learns from them)
-    for directory in directories:
+    for directory in directories[:-1]:  # self-training: each round's links teach the next
         forward, backward = train_directions(job, sources, targets, directory, teacher)
-        links = job.output if directory == directories[-1] else str(directory / "links.talp")
-        _align(job, str(forward), str(backward), links)
-        teacher = read_pharaoh_file(links)[0]
+        _align(job, str(forward), str(backward), str(directory / "links.talp"))
+        teacher = read_pharaoh_file(directory / "links.talp")[0]
+    forward, backward = train_directions(job, sources, targets, directories[-1], teacher)
+    _align(job, str(forward), str(backward), job.output)
     return len(sources)
 
 
