@@ -138,11 +138,11 @@ def test_shortlist_written_by_training_used_by_translate_and_rebuilt_by_its_cli(
 
 
 def test_translate_compile_cache_compiles_into_that_directory(checkpoint, monkeypatch, tmp_path):
-    """``--compile-cache DIR`` implies --compile and hands DIR to ``compile_decoding`` (there a Transformer's step
-    becomes AOTInductor packages: test_static_step)."""
+    """``--compile-cache DIR`` implies --compile and hands DIR to the background compile's ``_compiled_parts``
+    (there a Transformer's step becomes AOTInductor packages: test_static_step); the command waits for it."""
     asked = []
-    monkeypatch.setattr("seq2seq.decoding.translator.compile_decoding",
-                        lambda model, packages=None: asked.append(packages) or False)
+    monkeypatch.setattr("seq2seq.models.compiled._compiled_parts",
+                        lambda model, packages=None, isolated=False: asked.append(packages))  # nothing compiles: "off"
     code, out, err = run_main(["translate", "--checkpoint", str(checkpoint), "--batch-size", "1", "--compile-cache",
                                str(tmp_path / "steps"), "--quiet"], stdin="seven\n")
     assert code == 0 and out.strip(), err
@@ -157,8 +157,8 @@ def test_translate_compile_keeps_its_packages_beside_the_checkpoint_unless_told_
     import shutil
 
     asked = []
-    monkeypatch.setattr("seq2seq.decoding.translator.compile_decoding",
-                        lambda model, packages=None: asked.append(packages) or False)
+    monkeypatch.setattr("seq2seq.models.compiled._compiled_parts",
+                        lambda model, packages=None, isolated=False: asked.append(packages))
     own = tmp_path / "run" / "best.pt"
     own.parent.mkdir()
     shutil.copy(checkpoint, own)
@@ -167,6 +167,21 @@ def test_translate_compile_keeps_its_packages_beside_the_checkpoint_unless_told_
                                   stdin="seven\n")
         assert code == 0 and out.strip(), err
     assert asked == [str(own.parent / "compiled"), None]
+
+
+def test_translate_compile_starts_eagerly_and_waits_for_the_compiled_step(checkpoint, monkeypatch):
+    """``--compile``: the first lines translate eagerly while the step compiles in the background; the command waits
+    for it at the end (so that the next start loads its packages) and writes what eager decoding writes."""
+    monkeypatch.setattr("seq2seq.models.compiled.BACKEND", "eager")  # Dynamo's graphs without a C++ compiler: fast
+    lines = "seven\ntwenty-one\nninety-nine\nthree hundred and five\n"
+    code, plain, err = run_main(["translate", "--checkpoint", str(checkpoint), "--batch-size", "1", "--quiet"],
+                                stdin=lines)
+    assert code == 0, err
+    code, compiled, err = run_main(["translate", "--checkpoint", str(checkpoint), "--batch-size", "1", "--compile",
+                                    "--compile-cache", "none"], stdin=lines)
+    assert code == 0, err
+    assert compiled == plain and len(plain.splitlines()) == 4
+    assert "compiled_decoding status=ready" in err, err
 
 
 def test_the_python_api_takes_a_compile_cache_too(checkpoint, monkeypatch, tmp_path):

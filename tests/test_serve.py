@@ -457,7 +457,7 @@ def test_serve_compiles_into_the_compile_cache_it_is_given(checkpoint, monkeypat
     monkeypatch.setattr(compiled, "BACKEND", "eager")
     real, asked, started = compiled._compiled_parts, [], {}
     monkeypatch.setattr(compiled, "_compiled_parts",
-                        lambda member, packages=None: asked.append(packages) or real(member))
+                        lambda member, packages=None, isolated=False: asked.append(packages) or real(member))
     monkeypatch.setattr("seq2seq.serve.server.run_server",
                         lambda translator, settings, host, port, quiet, compiling, backward: started.update(
                             translator=translator, compiling=compiling))

@@ -3,7 +3,6 @@ the growing cache's step, for every position encoding and through every search; 
 the eager step (``seq2seq.models.compiled``)."""
 import threading
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -283,89 +282,3 @@ def test_the_compiled_rnn_step_decodes_every_search_like_the_eager_one(variant, 
     assert model.compiled_step.graphs == graphs
     for got, expected in zip(again, batch):
         _assert_same([got], [expected])
-
-
-# ----------------------------------------------------------------------------- packaged (AOTInductor) steps
-
-
-@pytest.mark.slow  # one package compiled
-def test_packaged_steps_decode_like_the_eager_step_and_a_second_model_loads_them(trained, monkeypatch, tmp_path):
-    """``compile_decoding(model, packages=DIR)``: greedy and beam search through AOTInductor packages (the encoder
-    and a step per row count) give the eager outputs; a second
-    model with the same weights loads the package without compiling; one with other weights gets another file; a
-    damaged package is compiled again (here by a stand-in compiler that writes the good bytes back). Without
-    Inductor's options (they choose kernels, not results; benchmarks/bench_aoti_step.py measures them). Skipped
-    where nothing compiles (no C++ compiler)."""
-    from seq2seq.models import packaged
-
-    monkeypatch.setattr(compiled, "INDUCTOR_OPTIONS", {})
-    model = make_model("transformer-pre").eval()
-    model.load_state_dict(trained.state_dict())
-    src, mask, _, _ = reverse_batch(3, torch.Generator().manual_seed(7))
-    sentences = [single(src, mask, i) for i in range(3)]
-    want = [greedy_search(model, SearchBatch(*s), need_attention=False) for s in sentences]
-    beam = DecodeConfig(beam_size=2, n_best=2)
-    want_beam = beam_search(model, SearchBatch(*sentences[1]), beam, need_attention=False)
-    assert compile_decoding(model, packages=str(tmp_path))
-    assert isinstance(model.compiled_encode, packaged.PackagedEncoder)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        got = [greedy_search(model, SearchBatch(*s), need_attention=False) for s in sentences]
-    if model.compiled_step is None:
-        pytest.skip(f"AOTInductor unavailable here: {[str(w.message) for w in caught]}")
-    threads = torch.get_num_threads()
-    assert model.compiled_step.graphs == {(1, False, True, True, threads)}
-    assert model.compiled_encode.graphs == {("encode", threads)} and model.compiled_encode.failure is None
-    for greedy, greedy_want in zip(got, want):
-        _assert_same(greedy, greedy_want)
-    _assert_same(beam_search(model, SearchBatch(*sentences[1]), beam, need_attention=False), want_beam)
-    assert (2, False, True, True, threads) in model.compiled_step.graphs
-    assert len(list(tmp_path.glob("encode-*.pt2"))) == 1
-    package = model.compiled_step.path((1, False, True, True, threads))  # the greedy step's
-    assert package.is_file() and len(list(tmp_path.glob("step-*.pt2"))) == 2
-    assert not list(tmp_path.glob(".*"))  # no partial file left
-    good = package.read_bytes()
-
-    def no_compiling(*args, **kwargs):
-        raise AssertionError("compiled although the package was there")
-
-    def rewrite(exported, package_path, inductor_configs):  # a stand-in compiler: the same package again
-        Path(package_path).write_bytes(good)
-        return package_path
-
-    for compiler, damage in ((no_compiling, False), (rewrite, True)):
-        if damage:
-            package.write_bytes(b"not a package")  # damaged: compiled again, the outputs unchanged
-        again = make_model("transformer-pre").eval()
-        again.load_state_dict(trained.state_dict())
-        with monkeypatch.context() as patched:
-            patched.setattr(torch._inductor, "aoti_compile_and_package", compiler)
-            compile_decoding(again, packages=str(tmp_path))
-            _assert_same(greedy_search(again, SearchBatch(*sentences[0]), need_attention=False), want[0])
-        assert again.compiled_step is not None and again.compiled_step.failure is None
-    assert package.read_bytes() == good
-    other = make_model("transformer-pre", seed=1).eval()  # other weights: another package
-    assert packaged.PackagedStep(other, tmp_path, {}, lambda: None).path((1, False, True, True, threads)) != package
-
-
-@pytest.mark.slow  # one encoder package compiled per position encoding
-@pytest.mark.parametrize("variant", ["transformer-learned", "transformer-relative", "transformer-rope"])
-def test_a_packaged_encoder_encodes_like_the_eager_one_for_every_position_encoding(variant, tmp_path):
-    """``PackagedEncoder``: one package for every source length (learned positions up to what they can encode)
-    gives the eager encoder's keys and values; without Inductor's options (they choose kernels, not results)."""
-    from seq2seq.models import packaged
-
-    model = make_model(variant).eval()
-    encoder = packaged.PackagedEncoder(model, tmp_path, {}, lambda: None)
-    with torch.inference_mode(), warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for length in (6, 3):
-            src, mask, _ = _sentence(seed=length, length=length)
-            got, want = encoder(src, mask), model.encode_eager(src, mask)
-            if encoder.failure is not None and "compiler" in encoder.failure.lower():
-                pytest.skip(f"AOTInductor unavailable here: {encoder.failure}")
-            for (k, v), (k_want, v_want) in zip(got["cross_kv"], want["cross_kv"]):
-                torch.testing.assert_close(k, k_want, atol=1e-5, rtol=1e-5)
-                torch.testing.assert_close(v, v_want, atol=1e-5, rtol=1e-5)
-    assert encoder.failure is None and not caught and encoder.graphs == {("encode", torch.get_num_threads())}
-    assert len(list(tmp_path.glob("encode-*.pt2"))) == 1

@@ -94,3 +94,9 @@ def build_decoding_model(loaded: LoadedCheckpoint, device: torch.device, precisi
     if device.type == "cpu" and precision == "fp32":
         pack_for_decoding(model)
     return model
+
+
+def compile_conflict(engine: str) -> UserError:
+    """The error of ``--compile`` with an engine whose search is not ours (nothing of ours to compile)."""
+    return UserError(f"--compile (and --compile-cache) compiles our engine's decoding step; --engine {engine} runs "
+                     "CTranslate2's search instead: drop one of them")

@@ -40,8 +40,8 @@ from .ctranslate2 import CTranslate2Search, open_engine
 from .prefix import Prefixes, PrefixSpeller
 from .generator import Hypothesis, SearchBatch, attach_attention, attach_confidence
 from .search import translate_batch
-from .setup import (DECODING_DTYPES, ModelOrigin, TranslatorSetup, build_decoding_model, decode_config, input_bound,
-                    setup_and_decode)
+from .setup import (DECODING_DTYPES, ModelOrigin, TranslatorSetup, build_decoding_model, compile_conflict,
+                    decode_config, input_bound, setup_and_decode)
 from .translation import Translation
 from ..tokenizer import EOS_ID, PAD_ID, Tokenizer
 
@@ -179,8 +179,7 @@ class Translator:
             models = [build_decoding_model(member, dev, precision) for member in loaded]
         model = models[0] if len(models) == 1 else EnsembleModel(models)
         if compile and search is not None:
-            raise UserError(f"--compile (and --compile-cache) compiles our engine's decoding step; --engine "
-                            f"{setup.engine} runs CTranslate2's search instead: drop one of them")
+            raise compile_conflict(setup.engine)
         wanted = compile_pays(dev, precision) if compile is None else compile
         compiled = compile_decoding(model, setup.compile_cache) if wanted and search is None else False
         origin = ModelOrigin(checkpoints=tuple(str(p.path if isinstance(p, LoadedCheckpoint) else p) for p in paths),
@@ -197,11 +196,10 @@ class Translator:
         return time.perf_counter() - start
 
     def compile_in_background(self, beam_sizes: Sequence[int], threads: int | None = None) -> BackgroundCompile:
-        """Compile the decoding of lone sentences (``from_checkpoints``' ``compile``) for
-        ``beam_sizes`` in a thread of its own while this translator goes on translating eagerly;
-        once compiled, lone sentences decode through the compiled step (``compiled`` turns True).
-        ``threads``: the torch threads lone sentences will run on. The returned job's ``status``
-        says where it stands (``BackgroundCompile``)."""
+        """Compile the decoding of lone sentences (``from_checkpoints``' ``compile``) for ``beam_sizes`` in a thread
+        of its own (packages: in a child process) while this translator goes on translating eagerly; then lone
+        sentences decode through the compiled step (``compiled`` turns True). ``threads``: the torch threads lone
+        sentences will run on. The returned job's ``status`` says where it stands (``BackgroundCompile``)."""
         twin = copy.copy(self)
 
         def warm_up(view: torch.nn.Module) -> None:

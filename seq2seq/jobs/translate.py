@@ -3,7 +3,8 @@ plots and scores.
 
 Input is read and translated in chunks (one line at a time when stdin is a terminal), so the
 command works as an interactive filter and on files larger than memory; outputs are flushed
-after each chunk and always come out in input order, one line per input line.
+after each chunk and always come out in input order, one line per input line. With --compile lone sentences
+translate eagerly while their compiled step builds (or loads) in the background, awaited at the end for the next start.
 
 With --alignments / --plot-dir every sentence's attention (and, with --attribution, the chosen
 methods' attribution matrices of the chosen output) is exported as one JSONL
@@ -27,12 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from ..decoding.ensemble import EnsembleModel
 from ..decoding.forced_alignment import BackwardAligner
 from ..decoding.document import page_or_lines, translate_document
 from ..decoding.markup import MODES as MARKUP_MODES, mark_translations, parse, parse_lines, plain_prefixes
 from ..decoding.translation import EmptyOutputs
+from ..decoding.setup import compile_conflict
 from ..decoding.translator import Translation, Translator
 from ..config import AlignConfig, AttributionConfig, DecodeConfig
 from ..errors import UserError
@@ -41,6 +44,7 @@ from .outputs import write_jsonl, write_text
 from ..metrics import corpus_scores
 from ..runtime import LOGGER
 from ..alignment.matrices import check_layer_heads
+from ..models.compiled import BackgroundCompile
 
 #: What an alignment record's ``members`` entries hold besides ``checkpoint`` (docs/formats.md).
 MEMBER_KEYS = ("attention_shape", "layer_used", "subword_matrix", "word_matrix", "subword_shape", "word_shape",
@@ -92,9 +96,9 @@ def translate_stream(job: TranslateJob) -> int:
     _check_markup(job)
     decode = job.decode
     translator = Translator.from_checkpoints(job.checkpoints, decode=decode, device=job.device, precision=job.precision,
-                                             shortlist=job.shortlist, compile=job.compile or bool(job.compile_cache),
-                                             compile_cache=job.compile_cache,
+                                             shortlist=job.shortlist, compile=False, compile_cache=job.compile_cache,
                                              shortlist_sizes=job.shortlist_sizes, engine=job.engine)
+    compiling = _compile_in_background(job, translator) if job.compile or job.compile_cache else None
     backward = _backward_aligner(job, translator)  # reads its own supervised attention: before for_model
     job = dataclasses.replace(job, align=job.align.for_model(translator.supervised_attention))
     interactive = job.input in (None, "-") and sys.stdin.isatty()
@@ -145,11 +149,22 @@ def translate_stream(job: TranslateJob) -> int:
             empty.add(results)
             done += len(results)
         _check_per_line(per_line, job.input, done, final=True)  # inside the block: nothing is written
+    if compiling is not None and compiling.status == "compiling":  # finished, so the next start loads it
+        LOGGER.info("translate: the compiled step is still compiling; waiting for it"
+                    + (f", to keep it in {job.compile_cache} for the next start" if job.compile_cache else ""))
+        compiling.wait()
     if empty.warning():
         LOGGER.warning(empty.warning())
     if references is not None:
         _print_scores(texts, references, job)
     return done
+
+
+def _compile_in_background(job: TranslateJob, translator: Translator) -> BackgroundCompile:
+    """--compile: lone sentences' step compiled in the background, the first translated eagerly meanwhile."""
+    if translator.engine is not None:
+        raise compile_conflict(job.engine)
+    return translator.compile_in_background([job.decode.beam_size or 1], threads=torch.get_num_threads())
 
 
 def _check_per_line(per_line: dict[str, tuple[str, list[str]]], source: str | None, seen: int, final: bool) -> None:

@@ -72,14 +72,15 @@ def _attach(member: torch.nn.Module, step: Compiled | None, encode: Compiled | N
         member.static_cache = step is not None  # the eager static step is slower than the growing cache's
 
 
-def _compiled_parts(member: torch.nn.Module, packages: str | None = None) -> tuple[Any, Compiled | None] | None:
+def _compiled_parts(member: torch.nn.Module, packages: str | None = None,
+                    isolated: bool = False) -> tuple[Any, Compiled | None] | None:
     """A model's compiled step and encoder for one sentence: a Transformer's static step and encoder (with
-    ``packages``, a directory: both as AOTInductor packages kept there, ``models.packaged``), an RNN's step (its
-    encoder stays eager), or None."""
+    ``packages``, a directory: both as AOTInductor packages kept there, ``models.packaged``; ``isolated``: built in
+    a child process), an RNN's step (its encoder stays eager), or None."""
     if hasattr(member, "static_step") and packages is not None:
-        step = PackagedStep(member, packages, INDUCTOR_OPTIONS, lambda: _attach(member, None, None))
+        step = PackagedStep(member, packages, INDUCTOR_OPTIONS, lambda: _attach(member, None, None), None, isolated)
         encoder_failed = lambda: setattr(member, "compiled_encode", None)  # noqa: E731 (the step stays packaged)
-        return step, PackagedEncoder(member, packages, INDUCTOR_OPTIONS, encoder_failed, step.identity)
+        return step, PackagedEncoder(member, packages, INDUCTOR_OPTIONS, encoder_failed, step.identity, isolated)
     if hasattr(member, "static_step"):
         return CompiledStep(member), CompiledEncoder(member)
     if hasattr(member, "step_eager"):
@@ -111,7 +112,8 @@ class BackgroundCompile:
     leaves the model eager (``status`` "failed", ``error`` says why); a model with nothing to compile
     is "off". ``threads``: the torch threads of the warm-up thread, as the sentences it
     prepares for will run (Dynamo compiles per thread count; the setting is per thread); ``packages`` as
-    ``compile_decoding`` takes it."""
+    ``compile_decoding`` takes it, each package built in a child process (``models.packaged``: an export traces
+    every module call of its process, the model's own decoding meanwhile too)."""
 
     def __init__(self, model: torch.nn.Module, warm_up: Callable[[torch.nn.Module], Any],
                  threads: int | None = None, on_ready: Callable[[], None] = lambda: None,
@@ -153,7 +155,7 @@ class BackgroundCompile:
             object.__setattr__(view, "_modules", dict(view._modules))
             view.members = view_members = torch.nn.ModuleList(copy.copy(m) for m in view_members)
         parts = [(member, twin, *compiled) for member, twin in zip(_members(self.model), view_members)
-                 if (compiled := _compiled_parts(member, self.packages)) is not None]
+                 if (compiled := _compiled_parts(member, self.packages, isolated=True)) is not None]
         if not parts:
             return "off"
         for _, twin, step, encode in parts:

@@ -21,18 +21,31 @@ file and renamed (a killed compile leaves nothing half-written); one that does n
 inputs must have the strides they had when exported, so each is made contiguous (the cross-attention keys and
 values, views of a fused projection, once per sentence). Should anything fail, a warning names it and the model
 decodes eagerly, as with ``models.compiled`` (a failed encoder package leaves only the encoder eager).
+
+Built in a process of its own (``isolated``, as ``BackgroundCompile`` builds them while the model goes on decoding):
+``torch.export``'s tracing patches ``torch.nn.Module.__call__`` and ``__getattr__`` for the whole process while it
+runs, so a model decoding in another thread meanwhile is traced into the export (which then fails) or fails itself.
+A child process (``build_in_child``) exports and compiles a plain copy of the model (``plain_copy``) on the same
+example inputs and thread count into the same file; the parent loads it as it loads any package.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
+from ..nn.packed import unpacked_copy
 from ..runtime import LOGGER, log
+
+#: The attributes by which a model decodes through compiled parts (``models.compiled``).
+COMPILED_PARTS = ("compiled_step", "compiled_encode")
 
 
 def compile_failed(exc: BaseException, on_failure: Callable[[], None]) -> str:
@@ -109,6 +122,46 @@ def build_package(module: torch.nn.Module, example: tuple, shapes: Any, path: Pa
             partial.unlink(missing_ok=True)
 
 
+def plain_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A deep copy of ``model`` that decodes eagerly on its growing cache, to train or to pickle: plain linear layers
+    (``unpacked_copy``), no compiled parts (a loaded package can be neither copied nor pickled)."""
+    parts = [part for module in model.modules() for name in COMPILED_PARTS
+             if (part := module.__dict__.get(name)) is not None]
+    copied = unpacked_copy(model, leave_out=parts)
+    for module in copied.modules():
+        if hasattr(module, "static_step"):
+            module.static_cache = False
+    return copied
+
+
+def build_in_child(packaged: "PackagedStep", key: tuple, example: tuple, path: Path) -> None:
+    """Build the package of ``packaged``'s ``key`` into ``path`` as ``PackagedStep._runner`` does in-process, but in
+    a child process (module docstring): the task (a plain copy of the model, the example inputs, the key, the
+    options) goes through a temporary file; the child's last line of errors becomes this RuntimeError's message."""
+    root = str(Path(__file__).resolve().parents[2])  # the directory that holds the seq2seq package
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    with tempfile.TemporaryDirectory(prefix="seq2seq-package-") as scratch:
+        task = Path(scratch) / "task.pt"
+        torch.save({"model": plain_copy(packaged.model), "encoder": isinstance(packaged, PackagedEncoder),
+                    "key": key, "example": example, "path": str(path), "options": packaged.options}, task)
+        code = "import sys; from seq2seq.models.packaged import build_task; build_task(sys.argv[1])"
+        done = subprocess.run([sys.executable, "-c", code, str(task)], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()] or [f"exit status {done.returncode}"]
+        raise RuntimeError(f"building {path.name} in a child process failed: {lines[-1]}")
+
+
+def build_task(task_file: str) -> None:
+    """The child's side of ``build_in_child``: read the task, build the package on the key's thread count."""
+    task = torch.load(task_file, weights_only=False)  # written by build_in_child, just now
+    key, model = task["key"], task["model"].eval()
+    torch.set_num_threads(key[-1])  # compiled into the package's code: the parent's count
+    kind = PackagedEncoder if task["encoder"] else PackagedStep
+    module, shapes = kind(model, Path(task["path"]).parent, task["options"], lambda: None, "-")._exportable(key)
+    with torch.no_grad():
+        build_package(module.eval(), tuple(task["example"]), shapes, Path(task["path"]), task["options"])
+
+
 def model_digest(model: torch.nn.Module, options: dict) -> str:
     """What a package depends on besides its step key: the model's structure and weights, torch's version, the
     CPU's capability and the Inductor options."""
@@ -124,11 +177,12 @@ class PackagedStep:
     """``model.static_step`` through AOTInductor packages in ``directory`` (module docstring): called like
     ``CompiledStep`` (``graphs`` the keys loaded so far, ``failure`` why it failed, if it did); ``options`` the
     Inductor options; ``on_failure()`` (the model drops its compiled parts) when a package cannot be built or
-    run, after a warning."""
+    run, after a warning; ``isolated``: packages built in a child process (module docstring)."""
 
     def __init__(self, model: torch.nn.Module, directory: str | os.PathLike, options: dict,
-                 on_failure: Callable[[], None], identity: str | None = None) -> None:
+                 on_failure: Callable[[], None], identity: str | None = None, isolated: bool = False) -> None:
         self.model, self.directory, self.options, self.on_failure = model, Path(directory), dict(options), on_failure
+        self.isolated = isolated  # packages built in a child process (``build_in_child``)
         self.identity = identity or model_digest(model, self.options)  # ``identity``: the model's digest, known
         self.runners: dict[tuple, Any] = {}
         self.graphs: set[tuple] = set()
@@ -172,8 +226,11 @@ class PackagedStep:
             # normal tensors (export writes into the caches) with standard strides: a view's stride over a
             # dimension of size 1 (one row of a padded batch) would otherwise become a guard on its length
             example = tuple(t.clone(memory_format=torch.contiguous_format) for t in inputs)
-            module, shapes = self._exportable(key)
-            build_package(module.eval(), example, shapes, path, self.options)
+            if self.isolated:
+                build_in_child(self, key, example, path)
+            else:
+                module, shapes = self._exportable(key)
+                build_package(module.eval(), example, shapes, path, self.options)
         log("compiled_step", package=str(path), loaded=False, rows=key[0])
         return self._keep(key, torch._inductor.aoti_load_package(str(path)))
 

@@ -17,6 +17,7 @@ inside ``torch.compile`` (which does its own packing) a layer computes ``F.linea
 from __future__ import annotations
 
 import copy
+from typing import Any, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -56,11 +57,15 @@ def pack_for_decoding(model: nn.Module) -> int:
     return packed
 
 
-def unpacked_copy(model: nn.Module) -> nn.Module:
-    """A deep copy of ``model`` whose ``PackedLinear`` layers are plain ``nn.Linear`` again, to train (the
-    packed weights, oneDNN's opaque tensors, cannot be copied; ``pack_for_decoding`` packs the copy again)."""
+def unpacked_copy(model: nn.Module, leave_out: Iterable[object] = ()) -> nn.Module:
+    """A deep copy of ``model`` whose ``PackedLinear`` layers are plain ``nn.Linear`` again, to train or to pickle
+    (the packed weights, oneDNN's opaque tensors, cannot be copied; ``pack_for_decoding`` packs the copy again);
+    where ``model`` refers to one of the objects ``leave_out`` (say, a loaded compiled library), the copy refers to
+    None."""
     layers = [m for m in model.modules() if isinstance(m, PackedLinear)]
-    copied = copy.deepcopy(model, memo={id(m.packed_weight): None for m in layers})
+    memo: dict[int, Any] = {id(m.packed_weight): None for m in layers}
+    memo.update((id(thing), None) for thing in leave_out)
+    copied = copy.deepcopy(model, memo=memo)
     for module in copied.modules():
         if isinstance(module, PackedLinear):
             del module.packed_weight

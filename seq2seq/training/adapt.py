@@ -28,7 +28,8 @@ from ..io_utils import counted
 from ..data.batching import TokenBatchSampler, pad_batch
 from ..decoding.translator import Translator
 from ..errors import UserError
-from ..nn.packed import PackedLinear, pack_for_decoding, unpacked_copy
+from ..models.packaged import plain_copy
+from ..nn.packed import PackedLinear, pack_for_decoding
 from ..runtime import LOGGER
 from ..tokenizer import EOS_ID
 from .optim import OptimizerSettings, build_optimizer, sequence_loss
@@ -66,7 +67,7 @@ def adapt(translator: Translator, sources: Sequence[str], targets: Sequence[str]
     tgt_ids = [tok.encode(t) for t in targets]
     sampler = TokenBatchSampler([len(s) for s in src_ids], [len(t) for t in tgt_ids], max_tokens, shuffle=True,
                                 seed=seed, drop_oversized=False)
-    model = unpacked_copy(translator.model).to(device).train()
+    model = plain_copy(translator.model).to(device).train()  # not the compiled parts: they hold the old weights
     optimizer = build_optimizer(model, OptimizerSettings("adam", lr, ADAPT_BETAS, weight_decay=0.0, eps=ADAPT_EPS))
     per_pass = len(sampler.batches(0))  # every pass packs the same lengths into as many batches
     batches = itertools.chain.from_iterable(sampler.batches(epoch) for epoch in itertools.count())
