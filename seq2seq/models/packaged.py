@@ -6,7 +6,7 @@ serve a second one (docs/performance.md): every start of a server paid 30-40 s p
 package is the compiled step as a shared library with its weights: exported once (``torch.export``, the source
 length, the cache length and a shortlist's size dynamic, the caches written in place), compiled with the same
 Inductor options as ``models.compiled`` (frozen weights, autotuned linear layers), loaded by the next process
-(~2 s for AOTInductor's runtime to start, then ~0.04 s per package), and called with no Dynamo in between
+(AOTInductor's C++ loader, ~0.01 s per package: ``load_package``), and called with no Dynamo in between
 (measured 16-24% faster per step than ``CompiledStep``: ``benchmarks/bench_aoti_step.py``).
 
 The encoder is packaged the same way (``PackagedEncoder``: one package for every source length of one sentence,
@@ -93,12 +93,16 @@ class FlatEncoder(torch.nn.Module):
         return tuple(t.contiguous() for kv in memory["cross_kv"] for t in kv)
 
 
-def direct(runner) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
-    """A loaded package's compiled function as a list of tensors -> a list of tensors: its loader's ``boxed_run``
-    (module docstring: the wrapper's per-call cost), or the wrapper where a torch has no such entry point."""
-    run = getattr(getattr(runner, "loader", None), "boxed_run", None)
-    if run is not None:
-        return run
+def load_package(path: Path) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
+    """The package ``path``'s compiled function as a list of tensors -> a list of tensors: the ``boxed_run`` of
+    AOTInductor's own C++ loader (``torch._C._aoti``), made directly: ``aoti_load_package`` makes the same loader
+    but imports ``torch._inductor`` first, which takes longer than the loading itself (``seq2seq translate``'s
+    second start; docs/performance.md), and wraps it in a Python caller (module docstring: its per-call cost).
+    Where a torch has no such loader, ``aoti_load_package``'s wrapper."""
+    loader = getattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader", None)
+    if loader is not None and hasattr(loader, "boxed_run"):
+        return loader(str(path), "model", False, 1, -1).boxed_run  # model name, single-threaded, runners, device
+    runner = torch._inductor.aoti_load_package(str(path))
 
     def wrapped(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         outputs = runner(*inputs)
@@ -216,7 +220,7 @@ class PackagedStep:
         path = self.path(key)
         if path.is_file():
             try:
-                runner = torch._inductor.aoti_load_package(str(path))
+                runner = load_package(path)
                 log("compiled_step", package=str(path), loaded=True)
                 return self._keep(key, runner)
             except Exception as exc:  # a package of another build, or a damaged one: built again
@@ -232,7 +236,7 @@ class PackagedStep:
                 module, shapes = self._exportable(key)
                 build_package(module.eval(), example, shapes, path, self.options)
         log("compiled_step", package=str(path), loaded=False, rows=key[0])
-        return self._keep(key, torch._inductor.aoti_load_package(str(path)))
+        return self._keep(key, load_package(path))
 
     def _exportable(self, key: tuple) -> tuple[torch.nn.Module, Any]:
         """The module exported for ``key`` and its dynamic shapes: the source, the cache and a shortlist's size."""
@@ -246,7 +250,7 @@ class PackagedStep:
         return FlatStep(self.model, need_attention, not full), shapes
 
     def _keep(self, key: tuple, runner):
-        self.runners[key] = direct(runner)
+        self.runners[key] = runner
         self.graphs.add(key)
         return self.runners[key]
 
