@@ -55,7 +55,8 @@ def parse_args(argv: list[str] | None):
                    help="decode one sentence at a time (--batch-size 1) with the Transformer's encoder and decoding "
                         "step compiled ahead of time into compiled/ beside the checkpoint (--compile-cache; the RNN's "
                         "step: torch.compile): about 2x faster per sentence on CPU after a one-off compilation per "
-                        "beam size that a later run loads instead (docs/performance.md)")
+                        "beam size that a later run loads instead; the first lines translate eagerly while it "
+                        "compiles in the background, and the command waits for it at the end (docs/performance.md)")
     p.add_argument("--compile-cache", metavar="DIR",
                    help="with --compile (implied): keep the Transformer's compiled encoder and decoding step in DIR "
                         "(AOTInductor packages, ~30 MB per beam size), so that a later run loads them in a fraction "
