@@ -1,13 +1,14 @@
 """Where the time of one-sentence-at-a-time decoding goes (issue 70), from the repository root:
 
     python benchmarks/profile_batch1.py --checkpoint RUN [--checkpoint RUN2 ...] (--data-dir MULTI30K | --toy)
-        [--sentences 50] [--beams 1 5] [--threads 1 2] [--engines eager packaged] [--out FILE.json]
+        [--sentences 50] [--beams 1 5] [--threads 1 2] [--engines eager packaged] [--compile-cache DIR]
+        [--out FILE.json]
 
 Each checkpoint translates its first ``--sentences`` test sentences one at a time (batch 1, length penalty 0, no
 attention) with each engine (``eager``: the reference; ``compiled``: ``torch.compile``, ``--compile``;
 ``packaged``: the same step compiled ahead of time, ``--compile-cache``, packages in a temporary directory built
-by a warm-up that is not timed), beam size and thread count. Every call on the way is timed by a wrapper (a few
-tenths of a microsecond each), and a sentence's wall time T splits into
+by a warm-up that is not timed, or loaded from ``--compile-cache DIR``), beam size and thread count. Every call on
+the way is timed by a wrapper (a few tenths of a microsecond each), and a sentence's wall time T splits into
 
     T = encode + model steps + log-softmax and masks + cache reorder + search bookkeeping + outside the search
 
@@ -133,7 +134,8 @@ def run(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         for index, checkpoint in enumerate(args.checkpoint):
             for engine in args.engines:
-                translator = translator_for(checkpoint, engine, Path(scratch) / f"packages-{index}")
+                packages = args.compile_cache or Path(scratch) / f"packages-{index}"
+                translator = translator_for(checkpoint, engine, packages)
                 parameters = sum(p.numel() for p in translator.model.parameters())
                 for threads in args.threads:
                     torch.set_num_threads(threads)
@@ -177,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 5])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=["eager", "packaged"])
+    parser.add_argument("--compile-cache", type=Path, help="packaged: load (or build) the packages in this directory "
+                        "(one package per model, so several models may share it; bench_ctranslate2.py's "
+                        "--compile-cache serves), not in a fresh temporary one")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "profile-batch1.json")
     args = parser.parse_args(argv)
     record = run(args)
