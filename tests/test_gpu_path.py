@@ -11,7 +11,7 @@ import torch
 
 import seq2seq.decoding.search as search
 from seq2seq.decoding.generator import SearchBatch
-import seq2seq.decoding.vocabulary as vocabulary
+import seq2seq.nn.next_token as next_token
 import seq2seq.nn.loss as loss_module
 from seq2seq.data.prefetch import prefetch
 from seq2seq.errors import UserError
@@ -119,8 +119,8 @@ def test_sync_free_eos_forcing_equals_the_cpu_branch():
     log_p = torch.randn(6, 9, generator=generator).log_softmax(-1)
     for rows in (torch.tensor([0, 1, 0, 0, 1, 0], dtype=torch.bool), torch.zeros(6, dtype=torch.bool)):
         branch, masked = log_p.clone(), log_p.clone()
-        vocabulary.only_eos(branch, rows, 2, sync_free=False)
-        vocabulary.only_eos(masked, rows, 2, sync_free=True)
+        next_token.only_eos(branch, rows, 2, sync_free=False)
+        next_token.only_eos(masked, rows, 2, sync_free=True)
         assert torch.equal(branch, masked)
         assert torch.isinf(masked[rows][:, [0, 1, 3]]).all() and torch.equal(masked[rows, 2], log_p[rows, 2])
         assert torch.equal(masked[~rows], log_p[~rows])

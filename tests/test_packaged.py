@@ -65,14 +65,14 @@ def test_packages_built_in_the_background_decode_like_eager_and_a_second_model_l
         warnings.simplefilter("always")
         got = _greedy(model, sentences)
     assert not caught, [str(w.message) for w in caught]
-    assert model.compiled_step.graphs == {(1, False, True, True, threads)}
+    assert model.compiled_step.graphs == {("greedy", 1, True, threads)}  # the step with greedy search's choice
     assert model.compiled_encode.graphs == {("encode", threads)} and model.compiled_encode.failure is None
     for greedy, greedy_want in zip(got, want):
         _assert_same(greedy, greedy_want)
     _assert_same(beam_search(model, SearchBatch(*sentences[1]), beam, need_attention=False), want_beam)
     assert (2, False, True, True, threads) in model.compiled_step.graphs
     assert len(list(tmp_path.glob("encode-*.pt2"))) == 1
-    package = model.compiled_step.path((1, False, True, True, threads))  # the greedy step's
+    package = model.compiled_step.path(("greedy", 1, True, threads))  # the greedy step's
     assert package.is_file() and len(list(tmp_path.glob("step-*.pt2"))) == 2
     assert not list(tmp_path.glob(".*"))  # no partial file left
     good = package.read_bytes()
@@ -97,7 +97,7 @@ def test_packages_built_in_the_background_decode_like_eager_and_a_second_model_l
         assert again.compiled_step is not None and again.compiled_step.failure is None
     assert package.read_bytes() == good
     other = make_model("transformer-pre", seed=1).eval()  # other weights: another package
-    assert packaged.PackagedStep(other, tmp_path, {}, lambda: None).path((1, False, True, True, threads)) != package
+    assert packaged.PackagedStep(other, tmp_path, {}, lambda: None).path(("greedy", 1, True, threads)) != package
 
 
 @pytest.mark.slow  # one encoder package compiled per position encoding

@@ -14,7 +14,7 @@ from seq2seq.decoding.ensemble import EnsembleModel
 from seq2seq.decoding.prefix import Prefixes
 from seq2seq.decoding.beam import beam_search
 from seq2seq.decoding.generator import SearchBatch
-from seq2seq.decoding.search import greedy_search, sample_search
+from seq2seq.decoding.search import GREEDY, greedy_search, sample_search
 from seq2seq.models.base import select_batch
 from seq2seq.models import compiled
 from seq2seq.models.compiled import compile_decoding
@@ -125,6 +125,49 @@ def test_every_search_decodes_the_same_on_the_static_cache(trained, search):
         trained.static_cache = False
     for g, w in zip(got, want):
         _assert_same([g], [w])
+
+
+class _FusedStandIn:
+    """A compiled step that is the eager one, with the greedy step counted (``PackagedStep``'s interface)."""
+
+    def __init__(self, model):
+        self.model, self.greedy_calls = model, 0
+
+    def __call__(self, *args):
+        return self.model.static_step(*args)
+
+    def greedy(self, *args):
+        self.greedy_calls += 1
+        return self.model.static_greedy_step(*args)
+
+
+@pytest.mark.parametrize("bound", [None, 2])
+def test_greedy_search_through_the_fused_step_decodes_like_the_step_by_step_loop(trained, bound):
+    """A model with a fused greedy step (``greedy_step``: the step and the choice in one call, as a packaged
+    Transformer has) decodes a lone sentence with one call per output token: the same tokens, scores and attention
+    as the step-by-step search on the growing cache, also where the length bound forces EOS (``bound``: at most 2
+    tokens); several sentences at once and sampling keep the step-by-step loop."""
+    decode = GREEDY if bound is None else DecodeConfig(beam_size=1, max_output_ratio=0.01, max_output_offset=bound - 1)
+    src, mask, _, _ = reverse_batch(4, torch.Generator().manual_seed(8))
+    sentences = [single(src, mask, i) for i in range(4)]
+    want = [greedy_search(trained, SearchBatch(*s), decode) for s in sentences]
+    stand_in = _FusedStandIn(trained)
+    trained.compiled_step, trained.static_cache = stand_in, True
+    try:
+        assert trained.fused_greedy
+        got = [greedy_search(trained, SearchBatch(*s), decode) for s in sentences]
+        calls = stand_in.greedy_calls
+        wide = greedy_search(trained, SearchBatch(src, mask), decode, need_attention=False)
+        sample_search(trained, SearchBatch(*sentences[0]), DecodeConfig(sample=True, seed=3), need_attention=False)
+    finally:
+        trained.compiled_step, trained.static_cache = None, False
+    for g, w in zip(got, want):
+        _assert_same(g, w)
+    assert calls == sum(len(g[0][0].tokens) + 1 for g in got)  # one call per token and EOS
+    assert stand_in.greedy_calls == calls  # the batch of 4 and the sampling did not use it
+    assert [h[0].tokens for h in wide] == [g[0][0].tokens for g in want]
+    if bound is not None:
+        assert max(len(g[0][0].tokens) for g in got) == bound
 
 
 def test_an_ensemble_decodes_the_same_on_static_caches(trained):

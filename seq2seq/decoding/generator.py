@@ -88,7 +88,8 @@ class Generator:
     sentence's encoder memory row, ``EncoderDecoder.decode_step``'s contract, and leave together,
     ``keep_sentences``), or with ``copies`` > 1 that many independent rows per sentence (samples),
     each with its own memory row so that each can leave alone (``keep_rows``). At the first step every
-    row of a sentence holds BOS alone: it is decoded once per sentence and copied to its ``width`` rows.
+    row of a sentence holds BOS alone: it is decoded once per sentence and copied to its ``width`` rows (on a
+    preallocated cache, whose compiled step has a graph per row count, each row is decoded).
 
     ``limit`` (B,) is each sentence's length bound, also on the host (``host_limit``); ``sentence`` (rows of
     memory,) the sentence of each memory row, on the device and (``host_sentence``) on the host, so that no
@@ -113,6 +114,10 @@ class Generator:
         self.steps = int(self.limit.max()) + 1 if len(batch) else 0  # the longest output and its EOS
         self.state = model.init_state(self.memory, self.steps)  # a row per memory row until the first step
         self._first = width > 1
+        if self._first and "step" in self.state:  # a preallocated cache: a compiled step per row count, so every
+            # row is decoded from the start (one graph or package less to build than for BOS alone)
+            self.state = select_batch(self.state, self.sentence.repeat_interleave(width))
+            self._first = False
 
     def log_probs(self, tokens: torch.Tensor, t: int) -> torch.Tensor:
         """Step ``t``: ``tokens`` (rows,) the last token of each active row -> log p of its next token

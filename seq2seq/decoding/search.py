@@ -98,6 +98,11 @@ def _token_by_token(model: EncoderDecoder, batch: SearchBatch, decode: DecodeCon
     copies = 1 if sampling is None else decode.n_best
     with eval_mode(model, inference=True):
         generator = Generator(model, batch, decode, copies=copies)
+        if sampling is None and len(batch) == 1 and _fused(model, generator):
+            hyps = [[_fused_greedy(model, generator)]]
+            if need_attention:
+                attach_attention(model, batch.src, batch.src_mask, hyps)
+            return hyps
         limit = generator.limit[generator.sentence]  # (rows,) each output row's bound
         rows = torch.arange(limit.size(0), device=limit.device)  # output row of each active row
         tokens = torch.full_like(rows, BOS_ID)
@@ -135,6 +140,31 @@ def _token_by_token(model: EncoderDecoder, batch: SearchBatch, decode: DecodeCon
         if need_attention:
             attach_attention(model, batch.src, batch.src_mask, hyps)
     return hyps
+
+
+def _fused(model: EncoderDecoder, generator: Generator) -> bool:
+    """Whether greedy search of this one sentence can run on ``model.greedy_step``'s compiled graph: the model has
+    one (``fused_greedy``; a packaged Transformer), the cache is preallocated, and nothing restricts the output
+    (an output vocabulary, a target prefix) beyond what that graph masks itself (PAD, BOS, EOS at the bound)."""
+    return (getattr(model, "fused_greedy", False) and "step" in generator.state and generator.output.ids is None
+            and generator.prefixes is None)
+
+
+def _fused_greedy(model: EncoderDecoder, generator: Generator) -> Hypothesis:
+    """Greedy search of one sentence, the step and the choice in one compiled call (``model.greedy_step``): the
+    same tokens as the step-by-step loop of ``_token_by_token``, one host read (the chosen token) per step."""
+    state, limit = generator.state, generator.limit
+    tokens = torch.full((1,), BOS_ID, device=limit.device)
+    score = torch.zeros(1, device=limit.device)
+    words: list[int] = []
+    for _ in range(generator.steps):
+        tokens, score, state = model.greedy_step(generator.memory, state, tokens, limit, score)
+        token = int(tokens)
+        if token == EOS_ID:
+            break
+        words.append(token)
+    log_prob = float(score)
+    return Hypothesis(words, log_prob, log_prob)
 
 
 def _until_eos(tokens: list[int]) -> list[int]:

@@ -6,22 +6,8 @@ from __future__ import annotations
 import torch
 
 from ..models.base import EncoderDecoder
+from ..nn.next_token import masked_log_probs
 from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
-
-
-def only_eos(log_p: torch.Tensor, rows: torch.Tensor, eos: int, sync_free: bool) -> None:
-    """In place: every column but ``eos`` of the flagged ``rows`` (bool, one per row) becomes -inf.
-
-    ``sync_free`` (GPUs) masks every step with no test for a flagged row, which would make the host
-    wait for the device; otherwise (CPU, where the test is free) only the flagged rows are touched."""
-    if sync_free:
-        kept = log_p[:, eos].clone()
-        log_p.masked_fill_(rows[:, None], float("-inf"))
-        log_p[:, eos] = kept
-    elif rows.any():
-        kept = log_p[rows, eos]
-        log_p[rows] = float("-inf")
-        log_p[rows, eos] = kept
 
 
 class OutputVocabulary:
@@ -52,16 +38,12 @@ class OutputVocabulary:
         one), with the tokens that may not come next at -inf: PAD and BOS always, every token but
         EOS where ``force_eos`` (one flag per row; None: no row) holds, and with ``allowed`` (rows, all token ids) bool
         (a target prefix: ``Prefixes``) every token it excludes. Masking comes after the normalisation, so
-        a chosen token's log-probability is the model's own. (One fused log_softmax pass costs
-        less than ``logsumexp`` alone on CPU.)"""
-        log_p = torch.log_softmax(logits.float(), -1)  # (rows, V)
-        if self._banned.device != log_p.device:
-            self._banned = self._banned.to(log_p.device)
-        log_p.index_fill_(1, self._banned, float("-inf"))  # one operation for every banned column
+        a chosen token's log-probability is the model's own (``nn.next_token.masked_log_probs``)."""
+        if self._banned.device != logits.device:
+            self._banned = self._banned.to(logits.device)
+        log_p = masked_log_probs(logits, self._banned, force_eos, self.eos, sync_free=logits.device.type != "cpu")
         if allowed is not None:
             log_p = log_p.masked_fill(~(allowed if self.ids is None else allowed[:, self.ids]), float("-inf"))
-        if force_eos is not None:
-            only_eos(log_p, force_eos, self.eos, sync_free=log_p.device.type != "cpu")
         return log_p
 
     def token_ids(self, columns: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,10 @@ Inductor options as ``models.compiled`` (frozen weights, autotuned linear layers
 (AOTInductor's C++ loader, ~0.01 s per package: ``load_package``), and called with no Dynamo in between
 (measured 16-24% faster per step than ``CompiledStep``: ``benchmarks/bench_aoti_step.py``).
 
+Greedy search of one sentence goes further (``PackagedStep.greedy``): its package holds the step and the search's
+choice after it (``static_greedy_step``: the log-softmax, the banned and forced tokens, the argmax, the score, the
+next position), so the search makes one call per output token and reads one number back.
+
 The encoder is packaged the same way (``PackagedEncoder``: one package for every source length of one sentence,
 the cross-attention keys and values among its outputs). Both are called through the loader's own entry point
 (``boxed_run``: a list of tensors in, a list out), not through the Python wrapper that ``aoti_load_package``
@@ -78,6 +82,24 @@ class FlatStep(torch.nn.Module):
         logits, weights = self.model.static_step({"src_mask": src_mask, "cross_kv": cross}, caches, position, tokens,
                                                  self.need_attention, weight)
         return (logits, weights) if self.need_attention else logits
+
+
+class FlatGreedyStep(torch.nn.Module):
+    """``model.static_greedy_step`` with flat tensor inputs: the source mask, the position, the tokens, the length
+    bound, the score, then each layer's cross-attention key and value and cache key and value (``FlatStep``'s
+    order); returns the chosen tokens, the new score and the next position."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model, self.layers = model, len(model.decoder)
+
+    def forward(self, src_mask: torch.Tensor, position: torch.Tensor, tokens: torch.Tensor, limit: torch.Tensor,
+                score: torch.Tensor, *tensors: torch.Tensor):
+        n = self.layers
+        cross = [(tensors[2 * i], tensors[2 * i + 1]) for i in range(n)]
+        caches = [(tensors[2 * n + 2 * i], tensors[2 * n + 2 * i + 1]) for i in range(n)]
+        return self.model.static_greedy_step({"src_mask": src_mask, "cross_kv": cross}, caches, position, tokens,
+                                             limit, score)
 
 
 class FlatEncoder(torch.nn.Module):
@@ -195,24 +217,47 @@ class PackagedStep:
 
     def __call__(self, memory: dict, caches: list, position: torch.Tensor, tokens: torch.Tensor,
                  need_attention: bool, output_weight: torch.Tensor | None):
-        if self.cross is None or self.cross[0] is not memory["cross_kv"]:  # once per sentence, not per step
-            self.cross = (memory["cross_kv"], [t.contiguous() for kv in memory["cross_kv"] for t in kv])
-        inputs = [memory["src_mask"].contiguous(), position.contiguous(), tokens.contiguous(), *self.cross[1],
-                  *[t.contiguous() for kv in caches for t in kv]]
+        inputs = [*self._inputs(memory, position, tokens), *self.cross[1], *_flat(caches)]
         if output_weight is not None:
             inputs.append(output_weight.contiguous())
         key = (tokens.size(0), need_attention, output_weight is None, memory["src_mask"].size(1) > 1,
                torch.get_num_threads())
-        try:
-            runner = self.runners.get(key) or self._runner(key, inputs)
-            outputs = runner(inputs)
-        except Exception as exc:  # the exporter's and compiler's errors are of many types; eager is always there
-            self.failure = compile_failed(exc, self.on_failure)
+        outputs = self._run(key, inputs)
+        if outputs is None:
             return self.model.static_step(memory, caches, position, tokens, need_attention, output_weight)
         return outputs[0], outputs[1] if need_attention else None
 
+    def greedy(self, memory: dict, caches: list, position: torch.Tensor, tokens: torch.Tensor, limit: torch.Tensor,
+               score: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``model.static_greedy_step`` through its package (key ``("greedy", rows, long source, threads)``): the
+        step and greedy search's choice in one call."""
+        inputs = [*self._inputs(memory, position, tokens), limit.contiguous(), score.contiguous(), *self.cross[1],
+                  *_flat(caches)]
+        key = ("greedy", tokens.size(0), memory["src_mask"].size(1) > 1, torch.get_num_threads())
+        outputs = self._run(key, inputs)
+        if outputs is None:
+            return self.model.static_greedy_step(memory, caches, position, tokens, limit, score)
+        return outputs[0], outputs[1], outputs[2]
+
+    def _inputs(self, memory: dict, position: torch.Tensor, tokens: torch.Tensor) -> list[torch.Tensor]:
+        """The source mask, position and tokens, contiguous; the memory's cross-attention keys and values made
+        contiguous once per sentence (``cross``), not per step."""
+        if self.cross is None or self.cross[0] is not memory["cross_kv"]:
+            self.cross = (memory["cross_kv"], [t.contiguous() for kv in memory["cross_kv"] for t in kv])
+        return [memory["src_mask"].contiguous(), position.contiguous(), tokens.contiguous()]
+
+    def _run(self, key: tuple, inputs: list[torch.Tensor]) -> list[torch.Tensor] | None:
+        """The package of ``key`` run on ``inputs`` (loaded or built at its first use); None after a failure (a
+        warning, ``on_failure``): the caller computes the step eagerly."""
+        try:
+            return (self.runners.get(key) or self._runner(key, inputs))(inputs)
+        except Exception as exc:  # the exporter's and compiler's errors are of many types; eager is always there
+            self.failure = compile_failed(exc, self.on_failure)
+            return None
+
     def path(self, key: tuple) -> Path:
-        """The package file of ``key`` (rows, attention, no shortlist, source longer than one, threads)."""
+        """The package file of ``key``: (rows, attention, no shortlist, source longer than one, threads), or for the
+        step with greedy search's choice (``greedy``) ("greedy", rows, source longer than one, threads)."""
         name = hashlib.sha256(f"{self.identity} {key}".encode()).hexdigest()[:24]
         return self.directory / f"step-{name}.pt2"
 
@@ -240,19 +285,26 @@ class PackagedStep:
 
     def _exportable(self, key: tuple) -> tuple[torch.nn.Module, Any]:
         """The module exported for ``key`` and its dynamic shapes: the source, the cache and a shortlist's size."""
-        _, need_attention, full, long_source, _ = key
+        greedy = key[0] == "greedy"
+        need_attention, full, long_source = (False, True, key[2]) if greedy else key[1:4]
         layers = len(self.model.decoder)
         source = torch.export.Dim("source", min=2, max=1 << 16) if long_source else None
         cache = torch.export.Dim("cache", min=2, max=1 << 16)
         vocabulary = [] if full else [{0: torch.export.Dim("shortlist", min=2, max=1 << 20)}]
-        shapes = ({1: source} if source else None, None, None,
-                  tuple([{2: source} if source else None] * (2 * layers) + [{2: cache}] * (2 * layers) + vocabulary))
-        return FlatStep(self.model, need_attention, not full), shapes
+        tensors = tuple([{2: source} if source else None] * (2 * layers) + [{2: cache}] * (2 * layers) + vocabulary)
+        if greedy:  # the limit and the score besides
+            return FlatGreedyStep(self.model), ({1: source} if source else None, None, None, None, None, tensors)
+        return FlatStep(self.model, need_attention, not full), ({1: source} if source else None, None, None, tensors)
 
     def _keep(self, key: tuple, runner):
         self.runners[key] = runner
         self.graphs.add(key)
         return self.runners[key]
+
+
+def _flat(caches: list) -> list[torch.Tensor]:
+    """Each layer's cache key and value, contiguous, in a row."""
+    return [t.contiguous() for kv in caches for t in kv]
 
 
 def source_bound(model: torch.nn.Module) -> int:
@@ -269,13 +321,8 @@ class PackagedEncoder(PackagedStep):
     def __call__(self, src: torch.Tensor, src_mask: torch.Tensor) -> dict:
         if src.size(1) < 2:
             return self.model.encode_eager(src, src_mask)
-        inputs = [src.contiguous(), src_mask.contiguous()]
-        key = ("encode", torch.get_num_threads())
-        try:
-            runner = self.runners.get(key) or self._runner(key, inputs)
-            outputs = runner(inputs)
-        except Exception as exc:  # as PackagedStep's
-            self.failure = compile_failed(exc, self.on_failure)
+        outputs = self._run(("encode", torch.get_num_threads()), [src.contiguous(), src_mask.contiguous()])
+        if outputs is None:
             return self.model.encode_eager(src, src_mask)
         return {"src_mask": src_mask, "cross_kv": [(outputs[2 * i], outputs[2 * i + 1])
                                                    for i in range(len(outputs) // 2)]}

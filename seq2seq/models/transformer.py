@@ -23,9 +23,10 @@ from torch import nn
 from ..nn.attention import MultiHeadAttention, RelativePositions
 from ..config import ModelConfig
 from ..errors import UserError
-from ..tokenizer import PAD_ID
+from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
 from .base import EncoderDecoder
 from ..nn.dropout import Dropout
+from ..nn.next_token import greedy_choice
 
 KV = tuple[torch.Tensor, torch.Tensor]  # projected keys, values: (B, heads, T, d_k) each
 
@@ -310,6 +311,33 @@ class TransformerEncoderDecoder(EncoderDecoder):
             weights.append(w)
         logits = self.logits(self.dec_norm(x), output_weight)[:, 0]
         return logits, torch.stack(weights, 1)[:, :, :, 0] if need_attention else None
+
+    @property
+    def fused_greedy(self) -> bool:
+        """Whether ``greedy_step`` runs compiled (a packaged step with its greedy graph, ``models.packaged``): then a
+        greedy search of one sentence is one call per output token with nothing between them."""
+        return hasattr(self.compiled_step, "greedy")
+
+    def greedy_step(self, memory: dict, state: dict, tokens: torch.Tensor, limit: torch.Tensor,
+                    score: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """``decode_step`` and greedy search's choice in one call, on a preallocated cache (``init_state`` with
+        ``max_steps``): tokens (B,), each row's length bound ``limit`` (B,), ``score`` (B,) -> the chosen tokens
+        (B,), ``score`` plus their log-probabilities, the state one position on (``static_greedy_step``)."""
+        step = self.compiled_step.greedy if self.fused_greedy else self.static_greedy_step
+        tokens, score, position = step(memory, state["self_kv"], state["step"][:1], tokens, limit, score)
+        return tokens, score, {"self_kv": state["self_kv"], "step": position}  # one row: B = 1
+
+    def static_greedy_step(self, memory: dict, caches: list[KV], position: torch.Tensor, tokens: torch.Tensor,
+                           limit: torch.Tensor,
+                           score: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``static_step`` followed by greedy search's choice (``nn.next_token.greedy_choice``: PAD and BOS never,
+        EOS alone once ``position`` reaches a row's ``limit``) -> the chosen tokens (B,), ``score`` (B,) plus their
+        log-probabilities, ``position + 1``: what the search does after each step, inside the compiled graph
+        (``PackagedStep.greedy``)."""
+        logits, _ = self.static_step(memory, caches, position, tokens, False, None)
+        banned = torch.tensor([PAD_ID, BOS_ID], device=logits.device)
+        log_p, chosen = greedy_choice(logits, banned, position >= limit, EOS_ID)
+        return chosen, score + log_p, position + 1
 
     def forward(
         self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, need_attention: bool = False,
