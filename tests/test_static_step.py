@@ -14,10 +14,11 @@ from seq2seq.decoding.ensemble import EnsembleModel
 from seq2seq.decoding.prefix import Prefixes
 from seq2seq.decoding.beam import beam_search
 from seq2seq.decoding.generator import SearchBatch
-from seq2seq.decoding.search import GREEDY, greedy_search, sample_search
+from seq2seq.decoding.search import greedy_search, sample_search
 from seq2seq.models.base import select_batch
 from seq2seq.models import compiled
 from seq2seq.models.compiled import compile_decoding
+from seq2seq.models.fused import static_choice
 from seq2seq.models.transformer import CACHE_BUCKET
 from test_models import BOS, EXTRA, VARIANTS, VOCAB, make_model, reverse_batch, single, trained_once
 
@@ -128,46 +129,55 @@ def test_every_search_decodes_the_same_on_the_static_cache(trained, search):
 
 
 class _FusedStandIn:
-    """A compiled step that is the eager one, with the greedy step counted (``PackagedStep``'s interface)."""
+    """A compiled step that is the eager one, with the fused steps counted (``PackagedStep``'s interface)."""
 
     def __init__(self, model):
-        self.model, self.greedy_calls = model, 0
+        self.model, self.calls = model, {"greedy": 0, "beam": 0}
 
     def __call__(self, *args):
         return self.model.static_step(*args)
 
-    def greedy(self, *args):
-        self.greedy_calls += 1
-        return self.model.static_greedy_step(*args)
+    def choose(self, kind, *args):
+        self.calls[kind] += 1
+        return static_choice(self.model, kind, *args)
 
 
 @pytest.mark.parametrize("bound", [None, 2])
-def test_greedy_search_through_the_fused_step_decodes_like_the_step_by_step_loop(trained, bound):
-    """A model with a fused greedy step (``greedy_step``: the step and the choice in one call, as a packaged
-    Transformer has) decodes a lone sentence with one call per output token: the same tokens, scores and attention
-    as the step-by-step search on the growing cache, also where the length bound forces EOS (``bound``: at most 2
-    tokens); several sentences at once and sampling keep the step-by-step loop."""
-    decode = GREEDY if bound is None else DecodeConfig(beam_size=1, max_output_ratio=0.01, max_output_offset=bound - 1)
+def test_searches_through_the_fused_step_decode_like_the_step_by_step_loop(trained, bound):
+    """A model whose step comes with the search's choice (``greedy_step`` / ``beam_step``, as a packaged Transformer
+    has them) decodes a lone sentence with one call per output token: greedy and beam search (n-best, length
+    penalty) give the same tokens, scores and attention as step by step on the growing cache, also where the length
+    bound forces EOS (``bound``: at most 2 tokens); several sentences at once, a shortlist and sampling keep the
+    step-by-step loop."""
+    limits = {} if bound is None else {"max_output_ratio": 0.01, "max_output_offset": bound - 1}
+    greedy, beam = DecodeConfig(beam_size=1, **limits), DecodeConfig(beam_size=3, n_best=3, **limits)
     src, mask, _, _ = reverse_batch(4, torch.Generator().manual_seed(8))
     sentences = [single(src, mask, i) for i in range(4)]
-    want = [greedy_search(trained, SearchBatch(*s), decode) for s in sentences]
+
+    def run():
+        return ([greedy_search(trained, SearchBatch(*s), greedy) for s in sentences],
+                [beam_search(trained, SearchBatch(*s), beam) for s in sentences])
+
+    want = run()
     stand_in = _FusedStandIn(trained)
     trained.compiled_step, trained.static_cache = stand_in, True
     try:
-        assert trained.fused_greedy
-        got = [greedy_search(trained, SearchBatch(*s), decode) for s in sentences]
-        calls = stand_in.greedy_calls
-        wide = greedy_search(trained, SearchBatch(src, mask), decode, need_attention=False)
+        assert trained.fused_search
+        got = run()
+        calls = dict(stand_in.calls)
+        wide = greedy_search(trained, SearchBatch(src, mask), greedy, need_attention=False)
         sample_search(trained, SearchBatch(*sentences[0]), DecodeConfig(sample=True, seed=3), need_attention=False)
+        beam_search(trained, SearchBatch(*sentences[0], vocabulary=torch.arange(9)), beam, need_attention=False)
     finally:
         trained.compiled_step, trained.static_cache = None, False
-    for g, w in zip(got, want):
+    for g, w in zip(got[0] + got[1], want[0] + want[1]):
         _assert_same(g, w)
-    assert calls == sum(len(g[0][0].tokens) + 1 for g in got)  # one call per token and EOS
-    assert stand_in.greedy_calls == calls  # the batch of 4 and the sampling did not use it
-    assert [h[0].tokens for h in wide] == [g[0][0].tokens for g in want]
+    assert calls["greedy"] == sum(len(g[0][0].tokens) + 1 for g in got[0])  # one call per token and EOS
+    assert calls["beam"] >= max(len(h.tokens) + 1 for g in got[1] for h in g[0])
+    assert stand_in.calls == calls  # the batch of 4, the sampling and the shortlist did not use them
+    assert [h[0].tokens for h in wide] == [g[0][0].tokens for g in want[0]]
     if bound is not None:
-        assert max(len(g[0][0].tokens) for g in got) == bound
+        assert max(len(h.tokens) for g in got[0] + got[1] for h in g[0]) == bound
 
 
 def test_an_ensemble_decodes_the_same_on_static_caches(trained):

@@ -12,12 +12,15 @@ among the 2k best tokens of each of its beams.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..config import DecodeConfig
 from ..models.base import EncoderDecoder
+from ..nn.next_token import beam_choice
 from ..tokenizer import BOS_ID, EOS_ID
-from .generator import Generator, Hypothesis, SearchBatch, attach_attention, length_penalty_gnmt
+from .generator import Generator, Hypothesis, SearchBatch, attach_attention, fused, length_penalty_gnmt
 from .scoring import eval_mode
 
 
@@ -26,7 +29,9 @@ def beam_search(model: EncoderDecoder, batch: SearchBatch, decode: DecodeConfig,
     """Beam search of width ``decode.beam`` with GNMT penalty ``decode.length_penalty``; the
     ``decode.n_best`` best hypotheses per sentence, best first (module docstring)."""
     with eval_mode(model, inference=True):
-        return run_beams(Beams(Generator(model, batch, decode, width=decode.beam), decode), need_attention, batch)
+        generator = Generator(model, batch, decode, width=decode.beam)
+        beams = FusedBeams if fused(model, generator) else Beams
+        return run_beams(beams(generator, decode), need_attention, batch)
 
 
 def run_beams(beams: "Beams", need_attention: bool, batch: SearchBatch) -> list[list[Hypothesis]]:
@@ -70,18 +75,9 @@ class Beams:
         """One decoding step for every active beam; False once no sentence is left."""
         n, k, output = len(self.host_rows), self.k, self.generator.output
         log_p = self.generator.log_probs(self.tokens, t)  # (n * k, V')
-        # the 2k best continuations of a sentence are among the 2k best of each of its beams
-        logp, columns = log_p.topk(min(2 * k, log_p.size(-1)), dim=-1)  # (n * k, m)
-        tokens, m = output.token_ids(columns), logp.size(1)
-        total = (self.scores.unsqueeze(2) + logp.view(n, k, m)).view(n, k * m)
-        top, index = total.topk(min(2 * k, k * m))  # (n, 2k)
-        beam, token = index // m, tokens.view(n, k * m).gather(1, index)
-        ended = token == EOS_ID  # (n, 2k)
-        self._finish(top[:, :k], beam[:, :k], token[:, :k], ended[:, :k])
-        # continue with the k best candidates that did not end
-        top = top.masked_fill(ended, float("-inf"))
-        keep = top.topk(k).indices  # (n, k), best first
-        self.scores, beam, token = top.gather(1, keep), beam.gather(1, keep), token.gather(1, keep)
+        top, beam, column, self.scores, live_beam, live_column = beam_choice(log_p, self.scores, output.eos)
+        self._finish(top[:, :k], beam[:, :k], output.token_ids(column[:, :k]), column[:, :k] == output.eos)
+        beam, token = live_beam, output.token_ids(live_column)  # the k best candidates that did not end go on
         origin = beam if n == 1 else torch.arange(n, device=beam.device).unsqueeze(1) * k + beam  # (n, k) previous row
         best_live = self.scores[:, 0].tolist()  # the best live beam of each sentence (kept best first)
         finished = [t >= self.host_limit[r] or self.settled(r, best, t) for r, best in zip(self.host_rows, best_live)]
@@ -139,3 +135,28 @@ class Beams:
         the others."""
         self.generator.keep_sentences(live)
         self.scores = self.scores[live]
+
+
+class FusedBeams(Beams):
+    """``Beams`` for one sentence on the model's step with beam search's choice compiled in (``model.beam_step``,
+    ``generator.fused``): one call per step computes the logits, the best continuations and the reordered cache
+    (``models.fused.static_beam_step``, ``beam_choice`` as ``Beams.advance`` calls it); one host read brings back
+    what the bookkeeping needs. The prefixes are host lists; the same outputs as ``Beams``."""
+
+    def __init__(self, generator: Generator, decode: DecodeConfig) -> None:
+        super().__init__(generator, decode)
+        self.words: list[list[int]] = [[] for _ in range(self.k)]  # each beam's tokens so far
+
+    def advance(self, t: int) -> bool:
+        generator, k, sentence = self.generator, self.k, self.host_rows[0]
+        self.tokens, self.scores, chosen, generator.state = generator.model.beam_step(
+            generator.memory, generator.state, self.tokens, generator.limit, self.scores)
+        values = chosen.tolist()  # the one wait per step
+        top, beam, token, best_live = values[:k], values[k:2 * k], values[2 * k:3 * k], values[3 * k]
+        for j in range(k):  # the finished among the k best: they end in EOS (as ``_finish``)
+            if token[j] == EOS_ID and math.isfinite(top[j]):
+                self._keep(sentence, self.words[int(beam[j])], top[j])
+        if t >= self.host_limit[sentence] or self.settled(sentence, best_live, t):
+            return False
+        self.words = [self.words[int(b)] + [int(w)] for b, w in zip(values[3 * k + 1:4 * k + 1], values[4 * k + 1:])]
+        return True

@@ -162,6 +162,15 @@ class Generator:
         return min((self.host_limit[s] for s in self.host_sentence), default=0)
 
 
+def fused(model: EncoderDecoder, generator: Generator) -> bool:
+    """Whether a search of ``generator``'s sentence (one) can run on the model's step with the search's choice
+    compiled in (``greedy_step`` / ``beam_step``; ``fused_search``: a packaged Transformer): the cache is
+    preallocated, and nothing restricts the output (an output vocabulary, a target prefix) beyond what that step
+    masks itself (PAD, BOS, EOS at the bound)."""
+    return (getattr(model, "fused_search", False) and len(generator.host_sentence) == 1 and "step" in generator.state
+            and generator.output.ids is None and generator.prefixes is None)
+
+
 def attach_attention(model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor,
                      hyps: list[list[Hypothesis]]) -> None:
     """Fill ``h.attention`` (layers, heads, len + 1, real src_len) by teacher-forcing the outputs

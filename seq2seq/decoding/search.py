@@ -28,7 +28,7 @@ from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
 from .beam import beam_search
 from .constrained import constrained_beam_search
 from .constraints import SentenceConstraints
-from .generator import Generator, Hypothesis, SearchBatch, attach_attention
+from .generator import Generator, Hypothesis, SearchBatch, attach_attention, fused
 from .sampling import Sampling
 from .scoring import eval_mode
 
@@ -98,7 +98,7 @@ def _token_by_token(model: EncoderDecoder, batch: SearchBatch, decode: DecodeCon
     copies = 1 if sampling is None else decode.n_best
     with eval_mode(model, inference=True):
         generator = Generator(model, batch, decode, copies=copies)
-        if sampling is None and len(batch) == 1 and _fused(model, generator):
+        if sampling is None and fused(model, generator):
             hyps = [[_fused_greedy(model, generator)]]
             if need_attention:
                 attach_attention(model, batch.src, batch.src_mask, hyps)
@@ -140,14 +140,6 @@ def _token_by_token(model: EncoderDecoder, batch: SearchBatch, decode: DecodeCon
         if need_attention:
             attach_attention(model, batch.src, batch.src_mask, hyps)
     return hyps
-
-
-def _fused(model: EncoderDecoder, generator: Generator) -> bool:
-    """Whether greedy search of this one sentence can run on ``model.greedy_step``'s compiled graph: the model has
-    one (``fused_greedy``; a packaged Transformer), the cache is preallocated, and nothing restricts the output
-    (an output vocabulary, a target prefix) beyond what that graph masks itself (PAD, BOS, EOS at the bound)."""
-    return (getattr(model, "fused_greedy", False) and "step" in generator.state and generator.output.ids is None
-            and generator.prefixes is None)
 
 
 def _fused_greedy(model: EncoderDecoder, generator: Generator) -> Hypothesis:

@@ -9,9 +9,10 @@ Inductor options as ``models.compiled`` (frozen weights, autotuned linear layers
 (AOTInductor's C++ loader, ~0.01 s per package: ``load_package``), and called with no Dynamo in between
 (measured 16-24% faster per step than ``CompiledStep``: ``benchmarks/bench_aoti_step.py``).
 
-Greedy search of one sentence goes further (``PackagedStep.greedy``): its package holds the step and the search's
-choice after it (``static_greedy_step``: the log-softmax, the banned and forced tokens, the argmax, the score, the
-next position), so the search makes one call per output token and reads one number back.
+Greedy and beam search of one sentence go further (``PackagedStep.choose``): their package holds the step and the
+search's choice after it (``models.fused``: the log-softmax, the banned and forced tokens, the argmax or the best
+continuations, the scores, a beam's cache reordered, the next position), so the search makes one call per output
+token and reads one small tensor back.
 
 The encoder is packaged the same way (``PackagedEncoder``: one package for every source length of one sentence,
 the cross-attention keys and values among its outputs). Both are called through the loader's own entry point
@@ -47,6 +48,7 @@ import torch
 
 from ..nn.packed import unpacked_copy
 from ..runtime import LOGGER, log
+from .fused import KINDS, static_choice
 
 #: The attributes by which a model decodes through compiled parts (``models.compiled``).
 COMPILED_PARTS = ("compiled_step", "compiled_encode")
@@ -84,22 +86,22 @@ class FlatStep(torch.nn.Module):
         return (logits, weights) if self.need_attention else logits
 
 
-class FlatGreedyStep(torch.nn.Module):
-    """``model.static_greedy_step`` with flat tensor inputs: the source mask, the position, the tokens, the length
-    bound, the score, then each layer's cross-attention key and value and cache key and value (``FlatStep``'s
-    order); returns the chosen tokens, the new score and the next position."""
+class FlatChoiceStep(torch.nn.Module):
+    """``models.fused.static_choice`` of ``kind`` ("greedy" or "beam") with flat tensor inputs: the source mask, the
+    position, the tokens, the length bound, the score(s), then each layer's cross-attention key and value and cache
+    key and value (``FlatStep``'s order); returns what it returns."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, kind: str) -> None:
         super().__init__()
-        self.model, self.layers = model, len(model.decoder)
+        self.model, self.layers, self.kind = model, len(model.decoder), kind
 
     def forward(self, src_mask: torch.Tensor, position: torch.Tensor, tokens: torch.Tensor, limit: torch.Tensor,
-                score: torch.Tensor, *tensors: torch.Tensor):
+                scores: torch.Tensor, *tensors: torch.Tensor):
         n = self.layers
         cross = [(tensors[2 * i], tensors[2 * i + 1]) for i in range(n)]
         caches = [(tensors[2 * n + 2 * i], tensors[2 * n + 2 * i + 1]) for i in range(n)]
-        return self.model.static_greedy_step({"src_mask": src_mask, "cross_kv": cross}, caches, position, tokens,
-                                             limit, score)
+        return static_choice(self.model, self.kind, {"src_mask": src_mask, "cross_kv": cross}, caches, position,
+                             tokens, limit, scores)
 
 
 class FlatEncoder(torch.nn.Module):
@@ -227,17 +229,16 @@ class PackagedStep:
             return self.model.static_step(memory, caches, position, tokens, need_attention, output_weight)
         return outputs[0], outputs[1] if need_attention else None
 
-    def greedy(self, memory: dict, caches: list, position: torch.Tensor, tokens: torch.Tensor, limit: torch.Tensor,
-               score: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``model.static_greedy_step`` through its package (key ``("greedy", rows, long source, threads)``): the
-        step and greedy search's choice in one call."""
-        inputs = [*self._inputs(memory, position, tokens), limit.contiguous(), score.contiguous(), *self.cross[1],
+    def choose(self, kind: str, memory: dict, caches: list, position: torch.Tensor, tokens: torch.Tensor,
+               limit: torch.Tensor, scores: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``models.fused.static_choice`` of ``kind`` through its package (key ``(kind, rows, long source,
+        threads)``): the step and the search's choice in one call."""
+        inputs = [*self._inputs(memory, position, tokens), limit.contiguous(), scores.contiguous(), *self.cross[1],
                   *_flat(caches)]
-        key = ("greedy", tokens.size(0), memory["src_mask"].size(1) > 1, torch.get_num_threads())
-        outputs = self._run(key, inputs)
+        outputs = self._run((kind, tokens.size(0), memory["src_mask"].size(1) > 1, torch.get_num_threads()), inputs)
         if outputs is None:
-            return self.model.static_greedy_step(memory, caches, position, tokens, limit, score)
-        return outputs[0], outputs[1], outputs[2]
+            return static_choice(self.model, kind, memory, caches, position, tokens, limit, scores)
+        return tuple(outputs)
 
     def _inputs(self, memory: dict, position: torch.Tensor, tokens: torch.Tensor) -> list[torch.Tensor]:
         """The source mask, position and tokens, contiguous; the memory's cross-attention keys and values made
@@ -257,7 +258,7 @@ class PackagedStep:
 
     def path(self, key: tuple) -> Path:
         """The package file of ``key``: (rows, attention, no shortlist, source longer than one, threads), or for the
-        step with greedy search's choice (``greedy``) ("greedy", rows, source longer than one, threads)."""
+        step with a search's choice (``choose``) (kind, rows, source longer than one, threads)."""
         name = hashlib.sha256(f"{self.identity} {key}".encode()).hexdigest()[:24]
         return self.directory / f"step-{name}.pt2"
 
@@ -285,16 +286,17 @@ class PackagedStep:
 
     def _exportable(self, key: tuple) -> tuple[torch.nn.Module, Any]:
         """The module exported for ``key`` and its dynamic shapes: the source, the cache and a shortlist's size."""
-        greedy = key[0] == "greedy"
-        need_attention, full, long_source = (False, True, key[2]) if greedy else key[1:4]
+        choice = key[0] in KINDS
+        need_attention, full, long_source = (False, True, key[2]) if choice else key[1:4]
         layers = len(self.model.decoder)
         source = torch.export.Dim("source", min=2, max=1 << 16) if long_source else None
         cache = torch.export.Dim("cache", min=2, max=1 << 16)
         vocabulary = [] if full else [{0: torch.export.Dim("shortlist", min=2, max=1 << 20)}]
         tensors = tuple([{2: source} if source else None] * (2 * layers) + [{2: cache}] * (2 * layers) + vocabulary)
-        if greedy:  # the limit and the score besides
-            return FlatGreedyStep(self.model), ({1: source} if source else None, None, None, None, None, tensors)
-        return FlatStep(self.model, need_attention, not full), ({1: source} if source else None, None, None, tensors)
+        mask = {1: source} if source else None
+        if choice:  # the limit and the score(s) besides
+            return FlatChoiceStep(self.model, key[0]), (mask, None, None, None, None, tensors)
+        return FlatStep(self.model, need_attention, not full), (mask, None, None, tensors)
 
     def _keep(self, key: tuple, runner):
         self.runners[key] = runner

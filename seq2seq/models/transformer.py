@@ -16,6 +16,7 @@ weights no one reads and which keeps the fused kernel.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 from torch import nn
@@ -23,10 +24,10 @@ from torch import nn
 from ..nn.attention import MultiHeadAttention, RelativePositions
 from ..config import ModelConfig
 from ..errors import UserError
-from ..tokenizer import BOS_ID, EOS_ID, PAD_ID
+from ..tokenizer import PAD_ID
 from .base import EncoderDecoder
+from .fused import static_choice
 from ..nn.dropout import Dropout
-from ..nn.next_token import greedy_choice
 
 KV = tuple[torch.Tensor, torch.Tensor]  # projected keys, values: (B, heads, T, d_k) each
 
@@ -313,31 +314,30 @@ class TransformerEncoderDecoder(EncoderDecoder):
         return logits, torch.stack(weights, 1)[:, :, :, 0] if need_attention else None
 
     @property
-    def fused_greedy(self) -> bool:
-        """Whether ``greedy_step`` runs compiled (a packaged step with its greedy graph, ``models.packaged``): then a
-        greedy search of one sentence is one call per output token with nothing between them."""
-        return hasattr(self.compiled_step, "greedy")
+    def fused_search(self) -> bool:
+        """Whether ``greedy_step`` and ``beam_step`` run compiled (a packaged step, ``models.packaged``): then a
+        search of one sentence makes one call per output token and reads one small tensor back."""
+        return hasattr(self.compiled_step, "choose")
 
     def greedy_step(self, memory: dict, state: dict, tokens: torch.Tensor, limit: torch.Tensor,
                     score: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
         """``decode_step`` and greedy search's choice in one call, on a preallocated cache (``init_state`` with
-        ``max_steps``): tokens (B,), each row's length bound ``limit`` (B,), ``score`` (B,) -> the chosen tokens
-        (B,), ``score`` plus their log-probabilities, the state one position on (``static_greedy_step``)."""
-        step = self.compiled_step.greedy if self.fused_greedy else self.static_greedy_step
-        tokens, score, position = step(memory, state["self_kv"], state["step"][:1], tokens, limit, score)
-        return tokens, score, {"self_kv": state["self_kv"], "step": position}  # one row: B = 1
+        ``max_steps``, one sentence): tokens (1,), the length bound ``limit`` (1,), ``score`` (1,) -> the chosen
+        token (1,), ``score`` plus its log-probability, the state one position on (``models.fused``)."""
+        step = self.compiled_step.choose if self.fused_search else partial(static_choice, self)
+        tokens, score, position = step("greedy", memory, state["self_kv"], state["step"][:1], tokens, limit, score)
+        return tokens, score, {"self_kv": state["self_kv"], "step": position}
 
-    def static_greedy_step(self, memory: dict, caches: list[KV], position: torch.Tensor, tokens: torch.Tensor,
-                           limit: torch.Tensor,
-                           score: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``static_step`` followed by greedy search's choice (``nn.next_token.greedy_choice``: PAD and BOS never,
-        EOS alone once ``position`` reaches a row's ``limit``) -> the chosen tokens (B,), ``score`` (B,) plus their
-        log-probabilities, ``position + 1``: what the search does after each step, inside the compiled graph
-        (``PackagedStep.greedy``)."""
-        logits, _ = self.static_step(memory, caches, position, tokens, False, None)
-        banned = torch.tensor([PAD_ID, BOS_ID], device=logits.device)
-        log_p, chosen = greedy_choice(logits, banned, position >= limit, EOS_ID)
-        return chosen, score + log_p, position + 1
+    def beam_step(self, memory: dict, state: dict, tokens: torch.Tensor, limit: torch.Tensor,
+                  scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+        """``decode_step``, beam search's choice and the cache reordered, in one call, on a preallocated cache of
+        one sentence's k beams: tokens (k,), ``limit`` (1,), the beams' sums ``scores`` (1, k) -> the tokens that go
+        on (k,), their sums (1, k), ``chosen`` (5k + 1, ``models.fused.static_beam_step``), the state one position
+        on."""
+        step = self.compiled_step.choose if self.fused_search else partial(static_choice, self)
+        tokens, scores, chosen, position = step("beam", memory, state["self_kv"], state["step"][:1], tokens, limit,
+                                                scores)
+        return tokens, scores, chosen, {"self_kv": state["self_kv"], "step": position.expand(tokens.size(0))}
 
     def forward(
         self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, need_attention: bool = False,
