@@ -14,7 +14,9 @@ the way is timed by a wrapper (a few tenths of a microsecond each), and a senten
 
 - **encode**: ``model.encode`` (the encoder and the cross-attention keys and values);
 - **model steps**: ``model.decode_step`` (the decoder and output layer, and the Python that calls them:
-  Dynamo's or the package's calling convention, the cache bookkeeping);
+  Dynamo's or the package's calling convention, the cache bookkeeping), or where the search's choice is packaged
+  with the step (a packaged Transformer, one sentence: ``greedy_step`` / ``beam_step``, ``models.fused``) those
+  calls, which then hold the log-softmax and masks, the choice and a beam's cache reorder as well;
 - **log-softmax and masks**: ``OutputVocabulary.log_probs`` (the normalisation, PAD/BOS and the length bound);
 - **cache reorder**: ``Generator.reorder`` (a beam's rows of the decoder state, the whole preallocated cache,
   gathered for the chosen hypotheses);
@@ -42,6 +44,8 @@ from common import ROOT, add_multi30k_flags, provenance, write_record
 from seq2seq.io_utils import markdown_table
 
 ENGINES = ("eager", "compiled", "packaged")
+#: The model's step calls: the plain step, and the steps with the search's choice in them (``models.fused``).
+STEPS = ("decode_step", "greedy_step", "beam_step")
 PARTS = ("encode", "model steps", "log-softmax and masks", "cache reorder", "search bookkeeping", "outside the search")
 
 
@@ -76,12 +80,15 @@ def clocked(translator) -> Iterator[Clock]:
     OutputVocabulary.log_probs = clock.wrap("log_probs", saved[1])
     Generator.reorder = clock.wrap("reorder", saved[2])
     model.encode = clock.wrap("encode", model.encode)
-    model.decode_step = clock.wrap("decode_step", model.decode_step)
+    steps = [name for name in STEPS if hasattr(model, name)]
+    for name in steps:  # each a model step (``decode_step`` counts them)
+        setattr(model, name, clock.wrap("decode_step", getattr(model, name)))
     try:
         yield clock
     finally:
         translator_module.translate_batch, OutputVocabulary.log_probs, Generator.reorder = saved
-        del model.encode, model.decode_step  # the class's methods again
+        for name in ["encode", *steps]:
+            delattr(model, name)  # the class's methods again
 
 
 def breakdown(clock: Clock, total: float) -> dict[str, float]:

@@ -13,6 +13,7 @@ from seq2seq.decoding.generator import SearchBatch
 from seq2seq.decoding.search import greedy_search
 from seq2seq.models import compiled, packaged
 from seq2seq.models.compiled import compile_decoding
+from seq2seq.models.fused import static_choice
 from seq2seq.nn.packed import PackedLinear, pack_for_decoding
 from test_models import make_model, reverse_batch, single, trained_once
 from test_static_step import _assert_same, _sentence
@@ -34,11 +35,11 @@ def test_packages_built_in_the_background_decode_like_eager_and_a_second_model_l
     """``BackgroundCompile`` with a package directory (``serve``'s and ``translate --compile``'s compile) builds each
     package in a child process: this thread decodes eagerly all the while, every output the eager one (an export in
     this process traced this thread's decoding too, ``torch.export`` patching every module call of its process, and
-    failed). Then greedy and beam search through the packages (the encoder and a step per row count) give the eager
-    outputs; a second model with the same weights loads the package without compiling; one with other weights gets
-    another file; a damaged package is compiled again (here by a stand-in compiler that writes the good bytes
-    back). Without Inductor's options (they choose kernels, not results; benchmarks/bench_aoti_step.py measures
-    them). Skipped where nothing compiles (no C++ compiler)."""
+    failed). Then greedy and beam search through the packages (the encoder, each search's step with its choice,
+    ``models.fused``) give the eager outputs, also where beams swap rows; a second model with the same weights loads
+    the package without compiling; one with other weights gets another file; a damaged package is compiled again
+    (here by a stand-in compiler that writes the good bytes back). Without Inductor's options (they choose kernels,
+    not results; benchmarks/bench_aoti_step.py measures them). Skipped where nothing compiles (no C++ compiler)."""
     monkeypatch.setattr(compiled, "INDUCTOR_OPTIONS", {})
     model = make_model("transformer-pre").eval()
     model.load_state_dict(trained.state_dict())
@@ -71,6 +72,7 @@ def test_packages_built_in_the_background_decode_like_eager_and_a_second_model_l
         _assert_same(greedy, greedy_want)
     _assert_same(beam_search(model, SearchBatch(*sentences[1]), beam, need_attention=False), want_beam)
     assert ("beam", 2, True, threads) in model.compiled_step.graphs  # the step with beam search's choice
+    _assert_swapping_beams_step_like_eager(model, sentences[1])
     assert len(list(tmp_path.glob("encode-*.pt2"))) == 1
     package = model.compiled_step.path(("greedy", 1, True, threads))  # the greedy step's
     assert package.is_file() and len(list(tmp_path.glob("step-*.pt2"))) == 2
@@ -98,6 +100,32 @@ def test_packages_built_in_the_background_decode_like_eager_and_a_second_model_l
     assert package.read_bytes() == good
     other = make_model("transformer-pre", seed=1).eval()  # other weights: another package
     assert packaged.PackagedStep(other, tmp_path, {}, lambda: None).path(("greedy", 1, True, threads)) != package
+
+
+def _assert_swapping_beams_step_like_eager(model, sentence):
+    """The packaged beam step (2 beams) gives ``static_choice``'s outputs where the beams swap rows (row 0 continues
+    beam 1 and row 1 beam 0: the case an in-place reorder got wrong inside the package, ``models.fused``), on random
+    caches, the beams' scores chosen so that they swap."""
+    src, mask = sentence
+    generator = torch.Generator().manual_seed(3)
+    with torch.inference_mode():
+        memory = model.encode(src, mask)
+        caches = [tuple(torch.randn(2, *t.shape[1:], generator=generator) for t in kv)
+                  for kv in model.init_state(memory, 12)["self_kv"]]
+        position, tokens, limit = torch.tensor([4]), torch.tensor([5, 6]), torch.tensor([10])
+        for offset in torch.linspace(-4, 4, 33).tolist():
+            scores = torch.tensor([[0.0, offset]])
+            want = static_choice(model, "beam", memory, [(k.clone(), v.clone()) for k, v in caches], position, tokens,
+                                 limit, scores)
+            if want[2][-4:-2].tolist() == [1.0, 0.0]:  # the live beams' origins (``static_beam_step``'s ``chosen``)
+                break
+        else:
+            pytest.fail("no scores made the two beams swap")
+        got = model.compiled_step.choose("beam", memory, [(k.clone(), v.clone()) for k, v in caches], position,
+                                         tokens, limit, scores)
+    assert model.compiled_step.failure is None and len(got) == len(want)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.slow  # one encoder package compiled per position encoding

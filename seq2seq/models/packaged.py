@@ -190,10 +190,15 @@ def build_task(task_file: str) -> None:
         build_package(module.eval(), tuple(task["example"]), shapes, Path(task["path"]), task["options"])
 
 
+#: The version of what the packages compute (``FlatStep``, ``FlatChoiceStep``, ``FlatEncoder`` and the model code
+#: they export), part of every package's name: raised when that changes, so that no older package is loaded for it.
+GRAPHS = 2
+
+
 def model_digest(model: torch.nn.Module, options: dict) -> str:
     """What a package depends on besides its step key: the model's structure and weights, torch's version, the
-    CPU's capability and the Inductor options."""
-    digest = hashlib.sha256(repr(model).encode())
+    CPU's capability, the Inductor options and the version of the exported code (``GRAPHS``)."""
+    digest = hashlib.sha256(f"graphs {GRAPHS} {model!r}".encode())
     for name, tensor in model.state_dict().items():
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())

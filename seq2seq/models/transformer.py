@@ -333,11 +333,12 @@ class TransformerEncoderDecoder(EncoderDecoder):
         """``decode_step``, beam search's choice and the cache reordered, in one call, on a preallocated cache of
         one sentence's k beams: tokens (k,), ``limit`` (1,), the beams' sums ``scores`` (1, k) -> the tokens that go
         on (k,), their sums (1, k), ``chosen`` (5k + 1, ``models.fused.static_beam_step``), the state one position
-        on."""
+        on (the caches reordered)."""
         step = self.compiled_step.choose if self.fused_search else partial(static_choice, self)
-        tokens, scores, chosen, position = step("beam", memory, state["self_kv"], state["step"][:1], tokens, limit,
-                                                scores)
-        return tokens, scores, chosen, {"self_kv": state["self_kv"], "step": position.expand(tokens.size(0))}
+        tokens, scores, chosen, position, *caches = step("beam", memory, state["self_kv"], state["step"][:1], tokens,
+                                                         limit, scores)
+        return tokens, scores, chosen, {"self_kv": list(zip(caches[::2], caches[1::2])),
+                                        "step": position.expand(tokens.size(0))}
 
     def forward(
         self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, need_attention: bool = False,
