@@ -2,8 +2,8 @@
 may not come next at -inf (``masked_log_probs``: banned columns, every column but EOS on rows at their length bound),
 greedy search's choice among them, the most probable (``greedy_choice``), and beam search's, the best continuations
 (``beam_choice``). Below both the search (``seq2seq.decoding``) and the model's packaged steps with the search's choice
-(``TransformerEncoderDecoder.static_greedy_step`` / ``static_beam_step``), which compute the same choice inside their
-compiled graph: one mechanism, two callers."""
+(``models.fused.static_greedy_step`` / ``static_beam_step``), which compute the same choice inside their compiled
+graph: one mechanism, two callers."""
 from __future__ import annotations
 
 import torch
