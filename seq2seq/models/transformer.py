@@ -16,7 +16,6 @@ weights no one reads and which keeps the fused kernel.
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import torch
 from torch import nn
@@ -324,8 +323,8 @@ class TransformerEncoderDecoder(EncoderDecoder):
         """``decode_step`` and greedy search's choice in one call, on a preallocated cache (``init_state`` with
         ``max_steps``, one sentence): tokens (1,), the length bound ``limit`` (1,), ``score`` (1,) -> the chosen
         token (1,), ``score`` plus its log-probability, the state one position on (``models.fused``)."""
-        step = self.compiled_step.choose if self.fused_search else partial(static_choice, self)
-        tokens, score, position = step("greedy", memory, state["self_kv"], state["step"][:1], tokens, limit, score)
+        tokens, score, position = self._choose("greedy", memory, state["self_kv"], state["step"][:1], tokens, limit,
+                                               score)
         return tokens, score, {"self_kv": state["self_kv"], "step": position}
 
     def beam_step(self, memory: dict, state: dict, tokens: torch.Tensor, limit: torch.Tensor,
@@ -334,11 +333,14 @@ class TransformerEncoderDecoder(EncoderDecoder):
         one sentence's k beams: tokens (k,), ``limit`` (1,), the beams' sums ``scores`` (1, k) -> the tokens that go
         on (k,), their sums (1, k), ``chosen`` (5k + 1, ``models.fused.static_beam_step``), the state one position
         on (the caches reordered)."""
-        step = self.compiled_step.choose if self.fused_search else partial(static_choice, self)
-        tokens, scores, chosen, position, *caches = step("beam", memory, state["self_kv"], state["step"][:1], tokens,
-                                                         limit, scores)
+        tokens, scores, chosen, position, *caches = self._choose("beam", memory, state["self_kv"], state["step"][:1],
+                                                                 tokens, limit, scores)
         return tokens, scores, chosen, {"self_kv": list(zip(caches[::2], caches[1::2])),
                                         "step": position.expand(tokens.size(0))}
+
+    def _choose(self, kind: str, *args) -> tuple[torch.Tensor, ...]:
+        """``models.fused.static_choice`` of ``kind``: through the packaged step where there is one, else eagerly."""
+        return self.compiled_step.choose(kind, *args) if self.fused_search else static_choice(self, kind, *args)
 
     def forward(
         self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, need_attention: bool = False,
