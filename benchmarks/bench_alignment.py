@@ -47,6 +47,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     # the Transformer's recipe gains for the RNN (issue 65): the linear schedule to the budget, then guidance
     "rnn-linear": ("rnn-bahdanau", ["--schedule", "linear"]),
     "rnn-1000-tokens": ("rnn-bahdanau", ["--max-tokens", "1000"]),  # more, smaller updates in the same time
+    "rnn-1000-tokens-lr-1e-3": ("rnn-bahdanau", ["--max-tokens", "1000", "--lr", "1e-3"]),  # the rate around them
+    "rnn-1000-tokens-lr-3e-3": ("rnn-bahdanau", ["--max-tokens", "1000", "--lr", "3e-3"]),
     "rnn-guided-null": ("rnn-bahdanau", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.2",
                                          "--guided-unaligned", "eos"]),  # a lighter weight than rnn-guided's 0.5
     "rnn-guided-linear-null": ("rnn-bahdanau", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.5",
