@@ -39,7 +39,9 @@ from seq2seq.io_utils import display_path, markdown_table, read_lines
 #: name -> (preset, extra train flags); ``{talp}`` is eflomal's alignment of the training split, ``{runs}`` the
 #: runs directory (a variant that continues another needs that one trained first). A variant runs its preset as
 #: it is now: the transformer-align ones before 2026-11-27 14:20 trained with lr 1e-3 and 3,000-token batches, and
-#: before 2026-11-27 20:00 with the inverse-sqrt schedule and without --guided-unaligned eos.
+#: before 2026-11-27 20:00 with the inverse-sqrt schedule and without --guided-unaligned eos; before 2026-11-29 08:00
+#: ``transformer`` trained with lr 1e-3 and 3,000-token batches and ``rnn`` with 2,000 (``rnn-1000-tokens`` is ``rnn``
+#: since).
 VARIANTS: dict[str, tuple[str, list[str]]] = {
     "rnn": ("rnn-bahdanau", []),
     "rnn-guided": ("rnn-bahdanau", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.5"]),

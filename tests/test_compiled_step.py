@@ -219,7 +219,7 @@ def test_device_defaults_fill_only_what_is_unset_and_the_cpu_keeps_its_numbers()
     assert (gpu.train.precision, gpu.train.tf32, gpu.train.compile, gpu.data.fixed_shapes) == ("auto", True, True, True)
     rnn = RunConfig.from_dict({"model": {"arch": "rnn"}}).resolved("cuda")  # bf16 measured slower for cuDNN's GRU
     assert (rnn.train.precision, rnn.train.compile, rnn.data.max_tokens) == ("fp32", False, 8000)
-    assert RunConfig.from_dict({"model": {"arch": "rnn"}}).resolved("cpu").data.max_tokens == 2000
+    assert RunConfig.from_dict({"model": {"arch": "rnn"}}).resolved("cpu").data.max_tokens == 1000
     chosen = dict((key, value) for key, value, _ in RunConfig.from_dict(
         {"train": {"precision": "fp32"}}).device_choices("cuda"))
     assert "train.precision" not in chosen and chosen["train.tf32"] is True  # what was set stays
