@@ -82,6 +82,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "transformer-align-linear": ("transformer-align", ["--guided-alignment", "{talp}", "--schedule", "linear"]),
     "transformer-align-linear-null": ("transformer-align", ["--guided-alignment", "{talp}", "--schedule", "linear",
                                                             "--guided-unaligned", "eos"]),
+    # the supervised head as a link classifier (a sigmoid per pair, binary cross-entropy: issue 66)
+    "transformer-align-binary": ("transformer-align", ["--guided-alignment", "{talp}", "--guided-loss", "binary"]),
     "transformer-lr-2e-3-1500-tokens": ("transformer", ["--lr", "2e-3", "--max-tokens", "1500"]),
     "transformer-self": ("transformer", ["--guided-alignment", "self", "--guided-alignment-weight", "0.5"]),
     # a trained transformer-align run further: on its own links (self-refinement) or on eflomal's as before

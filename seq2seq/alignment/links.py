@@ -265,11 +265,14 @@ def extract_links(matrix: np.ndarray, method: str = AlignConfig.method,
                   threshold: float | None = AlignConfig.threshold) -> set[Link]:
     """Hard links of a ``(T, S)`` matrix by ``method`` (``LINK_METHODS``): ``argmax`` (one per row),
     ``threshold`` (on rows renormalized to sum to 1, so a threshold means the same in every row),
-    ``soft`` (``soft_alignment``) or ``grow`` (``grow_alignment``), with the share ``threshold`` (None:
-    the method's default, ``config.DEFAULT_SHARES``)."""
+    ``soft`` (``soft_alignment``), ``grow`` (``grow_alignment``) or ``probability`` (the matrix as it is: a
+    link classifier's probabilities, summed over a source word's pieces and averaged over a target word's),
+    with the share ``threshold`` (None: the method's default, ``config.DEFAULT_SHARES``)."""
     share = link_share(method, threshold)
     if method == "threshold":
         return threshold_alignment(normalize_rows(matrix), share)
+    if method == "probability":
+        return threshold_alignment(matrix, share)
     if method == "soft":
         return soft_alignment(matrix, share)
     if method == "grow":

@@ -100,7 +100,7 @@ def _attention(spec, state: dict[str, torch.Tensor], name: str, self_attention: 
 
 
 def _positions(spec, state: dict[str, torch.Tensor], embedder: str, cfg: ModelConfig) -> None:
-    from ..models.transformer import sinusoidal
+    from ..models.transformer_layers import sinusoidal
 
     if cfg.positional == "sinusoidal":
         spec.position_encodings.encodings = _array(sinusoidal(0, cfg.max_positions, cfg.d_model))

@@ -43,7 +43,9 @@ class LoadedCheckpoint:
 
     def build_model(self) -> EncoderDecoder:
         """The model the config describes, with the checkpoint's weights (fp32, on the CPU)."""
-        model = build_model(self.config.model, self.config.guided.full_context_layer(self.config.model))
+        guided = self.config.guided
+        model = build_model(self.config.model, guided.full_context_layer(self.config.model),
+                            guided.link_classifier(self.config.model))
         try:
             model.load_state_dict(self.payload["model"])
         except RuntimeError as exc:

@@ -10,10 +10,10 @@ from ..errors import UserError
 from .fields import option
 
 #: how hard links are read from an attention matrix (``seq2seq.alignment.links.extract_links``)
-LINK_METHODS = ("argmax", "threshold", "soft", "grow")
+LINK_METHODS = ("argmax", "threshold", "soft", "grow", "probability")
 #: each method's share of a row (threshold; and of a column: soft, grow) when ``--align-threshold`` is not given:
 #: the best on the val gold (docs/guides/alignments.md); argmax takes none
-DEFAULT_SHARES = {"argmax": None, "threshold": 0.3, "soft": 0.3, "grow": 0.2}
+DEFAULT_SHARES = {"argmax": None, "threshold": 0.3, "soft": 0.3, "grow": 0.2, "probability": 0.5}
 
 
 @dataclass
@@ -34,7 +34,9 @@ class AlignConfig:
                 "docs/guides/alignments.md): argmax = one source word per target word; threshold = every "
                 "source word with at least `threshold` of the (renormalized) row; soft = every link with at "
                 "least `threshold` of its row and of its column; grow = grow-diag-final-and of the row and the "
-                "column argmax, keeping the links with at least `threshold` of their row and of their column")
+                "column argmax, keeping the links with at least `threshold` of their row and of their column; "
+                "probability = every link whose value is at least `threshold` as it is, rows not renormalized: "
+                "for a link classifier's probabilities (--guided-loss binary), zero or several per word")
     threshold: float | None = option(None, "share of a row (and, for soft and grow, of a column) a link needs: "
                                            "in (0, 1] (grow: [0, 1], 0 keeps every grown link); unset: the "
                                            "method's default (DEFAULT_SHARES)")
@@ -114,8 +116,8 @@ def link_share(method: str, threshold: float | None) -> float | None:
     above_floor = share >= 0.0 if method == "grow" else share > 0.0
     if not above_floor or share > 1.0:
         interval = "[0, 1]" if method == "grow" else "(0, 1]"
-        raise UserError(f"--align-threshold must be in {interval} (a share of a row) for --align-method {method}, "
-                        f"got {threshold}")
+        raise UserError(f"--align-threshold must be in {interval} (a share of a row; for probability, a link's "
+                        f"probability) for --align-method {method}, got {threshold}")
     return share
 
 

@@ -47,6 +47,11 @@ class GuidedConfig:
         "skip", "guided alignment, a file's target words without a link: skip (not supervised, as Garg et al.) or "
                 "eos (taught to attend to the source EOS, a NULL word, so that their alignments can stay empty)",
         flag="guided-unaligned")
+    loss: Literal["kl", "binary"] = option(
+        "kl", "guided alignment: kl = the supervised heads' attention rows brought to the gold rows (Garg et al. "
+              "2019); binary = the supervised heads' scores read as one link classifier per (target, source) "
+              "pair, a sigmoid each, trained by binary cross-entropy against the links, so that a word can have "
+              "zero or several (BinaryAlign); needs --full-context-alignment", flag="guided-loss")
     self_warmup: NonNegativeInt = option(
         400, "--guided-alignment self: steps of plain training before the model's own links supervise it",
         flag="self-guidance-warmup")
@@ -81,3 +86,17 @@ class GuidedConfig:
             return layer_index(self.layer, model.layers)
         except UserError as exc:
             raise UserError(f"--guided-layer {self.layer}: {exc}") from None
+
+    def link_classifier(self, model: ModelConfig) -> bool:
+        """Whether the full-context layer's scores are trained and read as link probabilities (``loss``
+        binary); a combination that cannot work is a UserError naming the flags."""
+        full_context_layer = self.full_context_layer(model)  # its errors first, whatever the loss
+        if self.loss != "binary":
+            return False
+        if full_context_layer is None:
+            raise UserError("--guided-loss binary trains the full-context layer's scores as link classifiers: give "
+                            "--full-context-alignment (and --guided-alignment FILE or eflomal) too")
+        if self.links == SELF_GUIDANCE:
+            raise UserError("--guided-loss binary learns from a file's links (or eflomal's); with --guided-alignment "
+                            "self use --guided-loss kl")
+        return True

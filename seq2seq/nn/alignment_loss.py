@@ -11,6 +11,16 @@ the gold's entropy, a constant: the gradient is the same, and the minimum is 0. 
 (all-zero g_t: unaligned target pieces, EOS, padding) add nothing. The sum over rows is returned; the
 trainer divides it by the step's target tokens like the translation loss (fairseq's normalisation
 of Garg et al.'s loss) and weighs it by lambda (``--guided-alignment-weight``, 0.05 in the paper).
+
+With ``--guided-loss binary`` the supervised heads are link classifiers instead (``binary_link_loss``): p_ts, the
+mean of their link probabilities (a sigmoid each, ``MultiHeadAttention.link_probabilities``), against y_ts = 1 where
+the gold links target piece t to source piece s (g_ts > 0), else 0:
+
+    BCE = - sum_(t, s) [ y_ts log p_ts + (1 - y_ts) log (1 - p_ts) ]
+
+over the real target pieces (EOS and padding excluded) and real source positions of every pair that has gold
+links: a target word without a link is a row of zeros to learn, not a row left out, so a word can end with zero,
+one or several links where a softmax row must choose.
 """
 from __future__ import annotations
 
@@ -24,3 +34,19 @@ def guided_alignment_loss(attention: torch.Tensor, gold: torch.Tensor) -> torch.
     log_attention = torch.log(mean.clamp_min(torch.finfo(torch.float32).tiny))
     gold = gold.float()
     return (torch.xlogy(gold, gold) - gold * log_attention).sum()
+
+
+def binary_link_loss(probabilities: torch.Tensor, gold: torch.Tensor, rows: torch.Tensor,
+                     columns: torch.Tensor) -> torch.Tensor:
+    """sum of BCE(p_ts, [g_ts > 0]) over the supervised pairs (t, s), in fp32. ``probabilities`` (B, heads, T, S):
+    the supervised heads' link probabilities, averaged here; ``gold`` (B, T, S) as for the KL loss (a pair whose
+    gold is all zero, without links or not mapped to pieces, adds nothing); ``rows`` (B, T) the target positions
+    to supervise, ``columns`` (B, S) the real source positions. The logarithms are clamped at the smallest normal
+    float: a probability that rounds to exactly 0 or 1 costs a finite loss (and passes no gradient)."""
+    p = probabilities.float().mean(dim=1)  # (B, T, S)
+    links = (gold > 0).float()
+    pairs = links.flatten(1).any(dim=1)  # (B,)
+    weight = ((rows & pairs[:, None])[:, :, None] & columns[:, None, :]).float()
+    tiny = torch.finfo(torch.float32).tiny
+    log_link, log_none = torch.log(p.clamp_min(tiny)), torch.log((1 - p).clamp_min(tiny))
+    return -(weight * (links * log_link + (1 - links) * log_none)).sum()

@@ -50,8 +50,13 @@ def attention_weights(
     mask and bias broadcastable to (..., Tq, Tk) -> weights (..., Tq, Tk). ``bias`` is added after
     the scaling, as the float ``attn_mask`` of ``F.scaled_dot_product_attention`` is. ``normalize``
     (scores, mask) -> weights replaces the softmax (``seq2seq.nn.normalizers``)."""
-    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))  # (..., Tq, Tk)
+    scores = dot_product_scores(query, key)  # (..., Tq, Tk)
     return normalize(scores if bias is None else scores + bias, mask)
+
+
+def dot_product_scores(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    """Q K^T / sqrt(d_k): query (..., Tq, d_k), key (..., Tk, d_k) -> (..., Tq, Tk)."""
+    return query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
 
 
 def scaled_dot_product(
@@ -365,6 +370,20 @@ class MultiHeadAttention(nn.Module):
             v = F.linear(value, self.kv_proj.weight[d:], self.kv_proj.bias[d:])
         k = self._split(k)
         return (rotate(k, start) if self.rotary else k), self._split(v)
+
+    def link_probabilities(self, query: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor],
+                           mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The scores read as independent link classifiers (``--guided-loss binary``; BinaryAlign's sigmoid per
+        pair in place of a softmax per query): query (B, Tq, D), ``kv_cache`` from ``project_kv``, mask as
+        ``forward``'s ->
+
+            P_hij = sigmoid(q_hi . k_hj / sqrt(d_k)),   0 where the mask hides j,   (B, heads, Tq, Tk).
+
+        The key bias b_K adds q_hi . b_K to a row: an offset a softmax ignores, so the same scores can learn
+        calibrated odds of a link without changing the attention they also normalize to. Cross-attention only
+        (no positions are encoded in it)."""
+        probabilities = torch.sigmoid(dot_product_scores(self._split(self.q_proj(query)), kv_cache[0]))
+        return probabilities if mask is None else probabilities.masked_fill(~mask, 0.0)
 
     def forward(
         self,

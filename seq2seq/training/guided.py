@@ -31,8 +31,8 @@ from ..config import SELF_GUIDANCE, RunConfig, link_share
 from ..data.batching import Batch
 from ..errors import UserError
 from ..models.base import EncoderDecoder
-from ..nn.alignment_loss import guided_alignment_loss
-from ..tokenizer import EOS_ID, Tokenizer
+from ..nn.alignment_loss import binary_link_loss, guided_alignment_loss
+from ..tokenizer import EOS_ID, PAD_ID, Tokenizer
 
 
 @dataclass
@@ -42,6 +42,7 @@ class GuidedTraining:
     layer: int  # 0 .. layers - 1
     heads: list[int]
     weight: float
+    binary: bool = False  # --guided-loss binary: the heads are link classifiers (``binary_link_loss``)
 
     @classmethod
     def for_run(cls, cfg: RunConfig, model: EncoderDecoder) -> "GuidedTraining | None":
@@ -55,14 +56,21 @@ class GuidedTraining:
         except UserError as exc:
             raise UserError(f"--guided-layer {guided.layer} / --guided-heads "
                             f"{' '.join(map(str, guided.heads))}: {exc}") from None
-        return cls(int(layer), heads, guided.weight)
+        return cls(int(layer), heads, guided.weight, guided.link_classifier(cfg.model))
 
-    def loss(self, attention: torch.Tensor | None, gold: torch.Tensor | None) -> torch.Tensor:
-        """sum_t KL(g_t || a_t) of a batch: ``attention`` (B, 1, H, T, S) from ``forward(...,
-        attention_layer=self.layer)``, ``gold`` the batch's ``guide`` (B, T, S)."""
+    def loss(self, attention: torch.Tensor | None, gold: torch.Tensor | None, tgt_out: torch.Tensor | None = None,
+             src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """sum_t KL(g_t || a_t) of a batch, or with ``binary`` the links' binary cross-entropy (which needs the
+        batch's ``tgt_out`` (B, T) and ``src_mask`` (B, S) for the positions it supervises): ``attention``
+        (B, 1, H, T, S) from ``forward(..., attention_layer=self.layer)``, ``gold`` the batch's ``guide`` (B, T, S)."""
         if attention is None or gold is None:
             raise ValueError("guided alignment needs the batch's gold (Batch.guide) and the model's attention")
-        return guided_alignment_loss(attention[:, 0, self.heads], gold)
+        if not self.binary:
+            return guided_alignment_loss(attention[:, 0, self.heads], gold)
+        if tgt_out is None or src_mask is None:
+            raise ValueError("the binary link loss needs the batch's tgt_out and src_mask")
+        rows = (tgt_out != PAD_ID) & (tgt_out != EOS_ID)
+        return binary_link_loss(attention[:, 0, self.heads], gold, rows, src_mask)
 
 
 class SelfGuidance:

@@ -5,7 +5,8 @@ For a batch with target positions t (padding excluded) the objective is
 
     J = sum_t CE_ls(y_t)                                   label-smoothed cross-entropy (``nn.loss``)
         + w * sum_t mean_heads H(a_t)                      --attention-entropy-weight w (``attention_entropy``)
-        + lambda * sum_t KL(g_t || a'_t)                   --guided-alignment-weight lambda (``guided``)
+        + lambda * sum_t KL(g_t || a'_t)                   --guided-alignment-weight lambda (``guided``;
+                                                           --guided-loss binary: the links' cross-entropy)
 
 summed, not averaged (a batch without gold rows, in self-guidance's warm-up, has no alignment term): the
 trainer divides it by the step's target tokens over every micro-batch and
@@ -65,6 +66,6 @@ class Objective:
             objective = objective + self.entropy.weight * entropy
         if self.guided is not None and guide is not None:  # None: self-guidance's warm-up
             supervised = weights[:, self.guided.layer:self.guided.layer + 1] if every_layer else weights
-            guided = self.guided.loss(supervised, guide)
+            guided = self.guided.loss(supervised, guide, tgt_out, src_mask)
             objective = objective + self.guided.weight * guided
         return LossTerms(objective, cross_entropy.detach(), guided.detach(), entropy.detach())
