@@ -514,7 +514,7 @@ def test_alignment_benchmark_scores_eflomal_and_each_variants_attention_on_the_g
     assert record["gold_pairs"] == 3 and 0 <= record["eflomal"]["aer"] <= 1
     guided = record["runs"]["transformer-align"]
     assert guided["default"]["heads"] == [0] and record["runs"]["transformer"]["default"]["heads"] == "mean"
-    assert set(guided["methods"]) == {"argmax", "threshold", "soft", "grow", "grow 0"}
+    assert set(guided["methods"]) == {"argmax", "threshold", "soft", "grow", "probability", "grow 0"}
     assert {"layer 0, mean", "layer 0, head 1", "layer all, mean"} <= set(guided["aer"])
     assert out.with_suffix(".png").is_file() and "| eflomal" in out.with_suffix(".md").read_text()
 

@@ -173,14 +173,14 @@ def test_max_minutes_counts_every_session_of_a_run(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("suffix, text", [
-    (".toml", '[train]\nmax_steps = 5\nlr = 0.002\n[model]\nlayers = 3\n'),
-    (".yaml", 'train:\n  max_steps: 5\n  lr: 0.002\nmodel:\n  layers: 3\n'),
+    (".toml", '[train]\nmax_steps = 5\nlr = 0.003\n[model]\nlayers = 3\n'),
+    (".yaml", 'train:\n  max_steps: 5\n  lr: 0.003\nmodel:\n  layers: 3\n'),
 ])
 def test_flags_override_the_config_file_which_overrides_the_preset(tmp_path, suffix, text):
     config = tmp_path / f"run{suffix}"
     config.write_text(text, encoding="utf-8")
     cfg = config_from_flags(["--preset", "transformer", "--config", str(config), "--max-steps", "7"])
     assert cfg.train.max_steps == 7  # the flag beats the file
-    assert cfg.optim.lr == 0.002 and cfg.model.layers == 3  # the file beats the preset and the defaults
+    assert cfg.optim.lr == 0.003 and cfg.model.layers == 3  # the file beats the preset and the defaults
     assert cfg.schedule.warmup_steps == 200  # the preset's own value, set by neither
-    assert config_from_flags(["--preset", "transformer"]).optim.lr != 0.002
+    assert config_from_flags(["--preset", "transformer"]).optim.lr != 0.003

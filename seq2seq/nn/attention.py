@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .dropout import dropout as cheap_dropout
-from .normalizers import get_normalizer, masked_softmax
+from .normalizers import get_normalizer, masked_sigmoid, masked_softmax
 from ..errors import UserError
 from ..tokenizer import PAD_ID
 
@@ -50,23 +50,12 @@ def attention_weights(
     mask and bias broadcastable to (..., Tq, Tk) -> weights (..., Tq, Tk). ``bias`` is added after
     the scaling, as the float ``attn_mask`` of ``F.scaled_dot_product_attention`` is. ``normalize``
     (scores, mask) -> weights replaces the softmax (``seq2seq.nn.normalizers``)."""
-    scores = dot_product_scores(query, key)  # (..., Tq, Tk)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))  # (..., Tq, Tk)
     return normalize(scores if bias is None else scores + bias, mask)
 
 
-def dot_product_scores(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-    """Q K^T / sqrt(d_k): query (..., Tq, d_k), key (..., Tk, d_k) -> (..., Tq, Tk)."""
-    return query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
-
-
-def scaled_dot_product(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    mask: torch.Tensor | None = None,
-    dropout: float = 0.0,
-    bias: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def scaled_dot_product(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None = None,
+                       dropout: float = 0.0, bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(Q K^T / sqrt(d_k) + bias) V over the last two dims, any leading (batch, head) dims.
 
     query (..., Tq, d_k), key (..., Tk, d_k), value (..., Tk, d_v), mask and bias broadcastable to
@@ -371,19 +360,10 @@ class MultiHeadAttention(nn.Module):
         k = self._split(k)
         return (rotate(k, start) if self.rotary else k), self._split(v)
 
-    def link_probabilities(self, query: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor],
-                           mask: torch.Tensor | None = None) -> torch.Tensor:
-        """The scores read as independent link classifiers (``--guided-loss binary``; BinaryAlign's sigmoid per
-        pair in place of a softmax per query): query (B, Tq, D), ``kv_cache`` from ``project_kv``, mask as
-        ``forward``'s ->
-
-            P_hij = sigmoid(q_hi . k_hj / sqrt(d_k)),   0 where the mask hides j,   (B, heads, Tq, Tk).
-
-        The key bias b_K adds q_hi . b_K to a row: an offset a softmax ignores, so the same scores can learn
-        calibrated odds of a link without changing the attention they also normalize to. Cross-attention only
-        (no positions are encoded in it)."""
-        probabilities = torch.sigmoid(dot_product_scores(self._split(self.q_proj(query)), kv_cache[0]))
-        return probabilities if mask is None else probabilities.masked_fill(~mask, 0.0)
+    def link_probabilities(self, query: torch.Tensor, kv_cache: tuple, mask: torch.Tensor | None) -> torch.Tensor:
+        """The scores as link classifiers (``--guided-loss binary``): sigmoid(q_hi . k_hj / sqrt(d_k)), 0 where ``mask``
+        hides j -> (B, heads, Tq, Tk); the key bias gives a row an offset a softmax ignores (calibration is free)."""
+        return attention_weights(self._split(self.q_proj(query)), kv_cache[0], mask, normalize=masked_sigmoid)
 
     def forward(
         self,

@@ -49,6 +49,12 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
     return scores.softmax(dim=-1).masked_fill(~mask, 0.0)
 
 
+def masked_sigmoid(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """A sigmoid per entry (independent link probabilities, not a distribution); masked entries get exactly 0."""
+    probabilities = torch.sigmoid(scores)
+    return probabilities if mask is None else probabilities.masked_fill(~mask, 0.0)
+
+
 def _entmax():
     """The ``entmax`` package, or a UserError saying how to install it."""
     try:
