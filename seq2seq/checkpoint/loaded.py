@@ -43,9 +43,7 @@ class LoadedCheckpoint:
 
     def build_model(self) -> EncoderDecoder:
         """The model the config describes, with the checkpoint's weights (fp32, on the CPU)."""
-        guided = self.config.guided
-        model = build_model(self.config.model, guided.full_context_layer(self.config.model),
-                            guided.link_classifier(self.config.model))
+        model = build_model(self.config.model, **self.config.guided.model_options(self.config.model))
         try:
             model.load_state_dict(self.payload["model"])
         except RuntimeError as exc:

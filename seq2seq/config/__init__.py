@@ -174,7 +174,7 @@ class RunConfig:
             cfg.data.fixed_shapes = cfg.train.compile
         cfg.model = cfg.model.only_read_options()
         cfg.model.validate()
-        cfg.guided.link_classifier(cfg.model)  # its errors (and full_context_layer's) before any work
+        cfg.guided.model_options(cfg.model)  # its errors before any work
         cfg._resolved_as = (device_type, cfg._sections())
         return cfg
 

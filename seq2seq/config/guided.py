@@ -87,6 +87,11 @@ class GuidedConfig:
         except UserError as exc:
             raise UserError(f"--guided-layer {self.layer}: {exc}") from None
 
+    def model_options(self, model: ModelConfig) -> dict:
+        """What ``models.build_model`` needs from this section for ``model``: ``full_context_layer`` and
+        ``link_classifier``, checked (a UserError naming the flags)."""
+        return {"full_context_layer": self.full_context_layer(model), "link_classifier": self.link_classifier(model)}
+
     def link_classifier(self, model: ModelConfig) -> bool:
         """Whether the full-context layer's scores are trained and read as link probabilities (``loss``
         binary); a combination that cannot work is a UserError naming the flags."""

@@ -106,8 +106,7 @@ class Trainer:
         self.cfg = cfg = cfg.resolved(self.device.type)  # an equal copy of a resolved config (``train`` resolves)
         self.rank, self.world, self.main = distributed.rank(), distributed.world_size(), distributed.is_main()
         self.out = Path(cfg.output_dir)
-        self.model = build_model(cfg.model, cfg.guided.full_context_layer(cfg.model),
-                                 cfg.guided.link_classifier(cfg.model)).to(self.device)
+        self.model = build_model(cfg.model, **cfg.guided.model_options(cfg.model)).to(self.device)
         self.guided = GuidedTraining.for_run(cfg, self.model)  # guided alignment: the supervised attention
         self.self_guidance = SelfGuidance.for_run(cfg, self.guided, corpus.tokenizer)  # its gold from the model
         self._guided_loss = torch.zeros(())  # this rank's guided loss per target token at the last step
