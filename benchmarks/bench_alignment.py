@@ -51,6 +51,7 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "rnn-1000-tokens": ("rnn-bahdanau", ["--max-tokens", "1000"]),  # more, smaller updates in the same time
     "rnn-1000-tokens-lr-1e-3": ("rnn-bahdanau", ["--max-tokens", "1000", "--lr", "1e-3"]),  # the rate around them
     "rnn-1000-tokens-lr-3e-3": ("rnn-bahdanau", ["--max-tokens", "1000", "--lr", "3e-3"]),
+    "rnn-dropout-0.2": ("rnn-bahdanau", ["--dropout", "0.2"]),  # less regularization for a short budget
     "rnn-guided-null": ("rnn-bahdanau", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.2",
                                          "--guided-unaligned", "eos"]),  # a lighter weight than rnn-guided's 0.5
     "rnn-guided-linear-null": ("rnn-bahdanau", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.5",
@@ -84,6 +85,10 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
                                                             "--guided-unaligned", "eos"]),
     # the supervised head as a link classifier (a sigmoid per pair, binary cross-entropy: issue 66)
     "transformer-align-binary": ("transformer-align", ["--guided-alignment", "{talp}", "--guided-loss", "binary"]),
+    "transformer-align-binary-0.1": ("transformer-align", ["--guided-alignment", "{talp}", "--guided-loss", "binary",
+                                                           "--guided-alignment-weight", "0.1"]),  # lighter weights:
+    "transformer-align-binary-0.3": ("transformer-align", ["--guided-alignment", "{talp}", "--guided-loss", "binary",
+                                                           "--guided-alignment-weight", "0.3"]),  # the KL's scale
     "transformer-lr-2e-3-1500-tokens": ("transformer", ["--lr", "2e-3", "--max-tokens", "1500"]),
     "transformer-self": ("transformer", ["--guided-alignment", "self", "--guided-alignment-weight", "0.5"]),
     # a trained transformer-align run further: on its own links (self-refinement) or on eflomal's as before

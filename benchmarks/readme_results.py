@@ -101,21 +101,19 @@ def race_leaders(root: Path, loaded: list[Loaded]) -> str:
 RACE = Table(
     "The race",
     "the presets of both architectures as of each record's date, `rnn-bahdanau` and `transformer-align` (since "
-    "2026-11-29 `rnn-bahdanau` trains with 1,000-token batches on a CPU, these rows with 2,000), by minutes of "
-    "training on "
-    "Multi30k de->en, side by side on one core each of a 2-core CPU; test `test_2016_flickr` at beam 5, val BLEU "
-    "greedy, AER of the default alignment on 100 hand-aligned `val` pairs. The 25-minute rows of "
-    "`budget-25-2026-11-29-avx2` are 25-minute runs (`transformer-align`'s schedule decays to 25 minutes) on an "
-    "AVX2-only EPYC, which makes about 60% of the AVX-512 EPYC's updates; `budget-90-2026-11-28` rows test the "
-    "90-minute runs' snapshots at that minute (the schedule decays to 90 minutes); the `bench_alignment.py` row is "
-    "a 25-minute run, its best checkpoint.",
+    "2026-11-29 `rnn-bahdanau` trains with 1,000-token batches on a CPU, the AVX-512 rows with 2,000), by minutes "
+    "of training on Multi30k de->en, side by side on one core each of a 2-core CPU; test `test_2016_flickr` at "
+    "beam 5, val BLEU greedy, AER of the default alignment on 100 hand-aligned `val` pairs. The 25-minute rows are "
+    "25-minute runs, their best checkpoint (`transformer-align`'s schedule decays to 25 minutes; each ran beside "
+    "another run of its record); the `budget-90` rows test the 90-minute runs' snapshots at that minute (the "
+    "schedule decays to 90 minutes). An AVX2-only EPYC makes about 60% of an AVX-512 EPYC's Transformer updates; "
+    "a lead under a point is within what a second seed moves (docs/benchmarks.md).",
     RACE_HEADER,
     (
-        alignment_row("alignment-2026-11-28-epyc-rnn-linear.json", "rnn", "rnn-bahdanau"),
-        budget_row("budget-25-2026-11-29-avx2.json", "rnn-bahdanau", 25),
-        budget_row("budget-25-2026-11-29-avx2.json", "transformer-align", 25),
-        budget_row("budget-90-2026-11-28.json", "rnn-bahdanau", 25),
-        budget_row("budget-90-2026-11-28.json", "transformer-align", 25),
+        alignment_row("alignment-2026-11-29-avx2-presets.json", "rnn-1000-tokens", "rnn-bahdanau"),
+        alignment_row("alignment-2026-11-29-avx2-binary.json", "transformer-align", "transformer-align"),
+        budget_row("budget-90-2026-11-29-avx2.json", "rnn-bahdanau", 90),
+        budget_row("budget-90-2026-11-29-avx2.json", "transformer-align", 90),
         budget_row("budget-90-2026-11-28.json", "rnn-bahdanau", 90),
         budget_row("budget-90-2026-11-28.json", "transformer-align", 90),
     ),
