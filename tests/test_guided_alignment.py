@@ -367,6 +367,23 @@ def test_eflomal_alignments_are_computed_once_and_cached(tmp_path):
     assert len(links.read_text(encoding="utf-8").splitlines()) == 200
 
 
+def test_the_rnn_align_preset_trains_its_attention_on_eflomal_links(tmp_path):
+    """``--preset rnn-align``: the RNN's one attention guided by eflomal's links (computed at the start, weight 0.2,
+    unlinked words on the source EOS), with nothing but the preset and a corpus."""
+    pytest.importorskip("eflomal")
+    code, _, err = run_main(["train", "--preset", "rnn-align", *COMMON, "--embed-dim", "16", "--hidden-size", "16",
+                             "--decoder-hidden-size", "32", "--toy-size", "200", "--max-steps", "4", "--cache-dir",
+                             str(tmp_path / "cache"), "--output-dir", str(tmp_path / "run")])
+    assert code == 0, err
+    assert len(list((tmp_path / "cache").glob("guided-eflomal-*.talp"))) == 1
+    saved = load_checkpoint(tmp_path / "run" / "last.pt")["config"]
+    assert (saved["model"]["arch"], saved["model"]["attention"]) == ("rnn", "bahdanau")
+    assert {key: saved["guided"][key] for key in ("links", "weight", "unaligned")} == {
+        "links": "eflomal", "weight": 0.2, "unaligned": "eos"}
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["guided_loss"] > 0 for r in metrics if "guided_loss" in r] == [True, True]
+
+
 @pytest.mark.slow  # torchrun: two training processes
 @pytest.mark.serial
 def test_two_guided_processes_match_one_accumulating_process(tmp_path):

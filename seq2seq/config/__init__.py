@@ -85,6 +85,12 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "rnn-bahdanau": {"model": {"arch": "rnn", "attention": "bahdanau"}, "optim": {"lr": 2e-3}},
     "rnn-luong": {"model": {"arch": "rnn", "attention": "luong-general"}},
     "transformer": {"model": {"arch": "transformer"}, "schedule": {"warmup_steps": 200}, "optim": {"lr": 2e-3}},
+    # rnn-bahdanau trained to align words as it translates: its one attention guided by eflomal's links of the
+    # training pairs (pip install 'seq2seq[align]'), lightly (weight 0.2: its BLEU stays where the unguided
+    # preset's is), unlinked words on the source EOS (NULL); AER about 0.06-0.08 lower on two CPU families
+    # (docs/guides/alignments.md, benchmarks/bench_alignment.py's rnn-guided-null)
+    "rnn-align": {"model": {"arch": "rnn", "attention": "bahdanau"}, "optim": {"lr": 2e-3},
+                  "guided": {"links": "eflomal", "weight": 0.2, "unaligned": "eos"}},
     # the transformer preset trained to align words as it translates: guided alignment on eflomal's links of
     # the training pairs (pip install 'seq2seq[align]'), weight 1, supervising the penultimate layer's first
     # head with the whole target visible (full context), unlinked words on the source EOS (NULL), learning fast
