@@ -52,6 +52,9 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "rnn-1000-tokens-lr-1e-3": ("rnn-bahdanau", ["--max-tokens", "1000", "--lr", "1e-3"]),  # the rate around them
     "rnn-1000-tokens-lr-3e-3": ("rnn-bahdanau", ["--max-tokens", "1000", "--lr", "3e-3"]),
     "rnn-dropout-0.2": ("rnn-bahdanau", ["--dropout", "0.2"]),  # less regularization for a short budget
+    # rnn-luong (Luong's general score), never searched: its preset (lr 1e-3) against rnn-bahdanau's searched rate
+    "rnn-luong": ("rnn-luong", []),
+    "rnn-luong-lr-2e-3": ("rnn-luong", ["--lr", "2e-3"]),
     "rnn-guided-null": ("rnn-bahdanau", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.2",
                                          "--guided-unaligned", "eos"]),  # a lighter weight than rnn-guided's 0.5
     "rnn-guided-linear-null": ("rnn-bahdanau", ["--guided-alignment", "{talp}", "--guided-alignment-weight", "0.5",
