@@ -79,7 +79,8 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "train": {"max_steps": 1000}, "schedule": {"warmup_steps": 300}, "eval": {"every": 400, "max_sentences": 300},
     },
     # rnn-bahdanau and transformer: the architecture's defaults and the winners of the equal-effort
-    # validation search (benchmarks/bench_tune.py, docs/benchmarks.md); rnn-luong was not searched.
+    # validation search (benchmarks/bench_tune.py, docs/benchmarks.md); rnn-luong was not searched, but keeps
+    # lr 1e-3 against rnn-bahdanau's 2e-3 by val at 25 minutes (docs/benchmarks.md, 2026-11-29).
     # transformer's peak rate 2e-3 (with the CPU's 1,500-token batches): better on validation at 25 minutes on
     # two CPU families (issue 65, docs/benchmarks.md)
     "rnn-bahdanau": {"model": {"arch": "rnn", "attention": "bahdanau"}, "optim": {"lr": 2e-3}},
