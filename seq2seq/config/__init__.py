@@ -71,6 +71,8 @@ DEVICE_REASONS = {
 # Named starting points (partial configs, the layer below a config file and flags). ``toy`` is what
 # `seq2seq train` with no corpus runs: the embedded number-word task, a small model, a fixed number of
 # steps (not minutes), so that every CPU trains the same model.
+# rnn-bahdanau, which rnn-align extends (one definition: a change to the one follows in the other)
+RNN_BAHDANAU: dict[str, dict[str, Any]] = {"model": {"arch": "rnn", "attention": "bahdanau"}, "optim": {"lr": 2e-3}}
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "toy": {
         "model": {"embed_dim": 128, "hidden_size": 128, "decoder_hidden_size": 256, "d_model": 128,
@@ -83,15 +85,14 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     # lr 1e-3 against rnn-bahdanau's 2e-3 by val at 25 minutes (docs/benchmarks.md, 2026-11-29).
     # transformer's peak rate 2e-3 (with the CPU's 1,500-token batches): better on validation at 25 minutes on
     # two CPU families (issue 65, docs/benchmarks.md)
-    "rnn-bahdanau": {"model": {"arch": "rnn", "attention": "bahdanau"}, "optim": {"lr": 2e-3}},
+    "rnn-bahdanau": RNN_BAHDANAU,
     "rnn-luong": {"model": {"arch": "rnn", "attention": "luong-general"}},
     "transformer": {"model": {"arch": "transformer"}, "schedule": {"warmup_steps": 200}, "optim": {"lr": 2e-3}},
     # rnn-bahdanau trained to align words as it translates: its one attention guided by eflomal's links of the
     # training pairs (pip install 'seq2seq[align]'), lightly (weight 0.2: its BLEU stays where the unguided
     # preset's is), unlinked words on the source EOS (NULL); AER about 0.06-0.08 lower on two CPU families
     # (docs/guides/alignments.md, benchmarks/bench_alignment.py's rnn-guided-null)
-    "rnn-align": {"model": {"arch": "rnn", "attention": "bahdanau"}, "optim": {"lr": 2e-3},
-                  "guided": {"links": "eflomal", "weight": 0.2, "unaligned": "eos"}},
+    "rnn-align": {**RNN_BAHDANAU, "guided": {"links": "eflomal", "weight": 0.2, "unaligned": "eos"}},
     # the transformer preset trained to align words as it translates: guided alignment on eflomal's links of
     # the training pairs (pip install 'seq2seq[align]'), weight 1, supervising the penultimate layer's first
     # head with the whole target visible (full context), unlinked words on the source EOS (NULL), learning fast
