@@ -102,18 +102,21 @@ RACE = Table(
     "The race",
     "the presets of both architectures as of each record's date, `rnn-bahdanau` and `transformer-align` (since "
     "2026-11-29 `rnn-bahdanau` trains with 1,000-token batches on a CPU, the AVX-512 rows with 2,000), by minutes "
-    "of training on Multi30k de->en, side by side on one core each of a 2-core CPU; test `test_2016_flickr` at "
-    "beam 5, val BLEU greedy, AER of the default alignment on 100 hand-aligned `val` pairs. The 25-minute rows are "
-    "25-minute runs, their best checkpoint (`transformer-align`'s schedule decays to 25 minutes; each ran beside "
-    "another run of its record); the `budget-90` rows test the 90-minute runs' snapshots at that minute (the "
-    "schedule decays to 90 minutes). An AVX2-only EPYC makes about 60% of an AVX-512 EPYC's Transformer updates; "
-    "a lead under a point is within what a second seed moves (docs/benchmarks.md).",
+    "of training on Multi30k de->en, side by side on one core each of a 2-core CPU (the rows with 2 cores: one "
+    "preset alone on both, as a user of that machine trains it); test `test_2016_flickr` at beam 5, val BLEU "
+    "greedy, AER of the default alignment on 100 hand-aligned `val` pairs. The 25-minute rows are 25-minute runs, "
+    "their best checkpoint (`transformer-align`'s schedule decays to 25 minutes; each 1-core run ran beside another"
+    " run of its record); the `budget-90` rows test the 90-minute runs' snapshots at that minute (the schedule "
+    "decays to 90 minutes). An AVX2-only EPYC makes about 60% of an AVX-512 EPYC's Transformer updates; a lead "
+    "under a point is within what a second seed moves (docs/benchmarks.md).",
     RACE_HEADER,
     (
         alignment_row("alignment-2026-11-29-avx2-presets.json", "rnn-1000-tokens", "rnn-bahdanau"),
         alignment_row("alignment-2026-11-29-avx2-binary.json", "transformer-align", "transformer-align"),
+        alignment_row("alignment-2026-11-29-avx2-rnn-two-cores.json", "rnn", "rnn-bahdanau"),
         budget_row("budget-90-2026-11-29-avx2.json", "rnn-bahdanau", 90),
         budget_row("budget-90-2026-11-29-avx2.json", "transformer-align", 90),
+        budget_row("budget-90-2026-11-29-avx2-transformer-two-cores.json", "transformer-align", 90),
         budget_row("budget-90-2026-11-28.json", "rnn-bahdanau", 90),
         budget_row("budget-90-2026-11-28.json", "transformer-align", 90),
     ),
