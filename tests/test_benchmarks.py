@@ -63,6 +63,56 @@ def train_in_process(*argv: str) -> None:
     assert code == 0, out[-2000:] + err[-3000:]
 
 
+SEQ2SEQ_CHILD = [sys.executable, "-m", "seq2seq"]
+
+
+@pytest.fixture(autouse=True)
+def seq2seq_children_in_process(monkeypatch):
+    """A benchmark's ``python -m seq2seq ...`` child that it waits on (``subprocess.run``: ``train_preset``'s
+    runs, ``wordalign``, ``export``) runs in this process (``conftest.run_main``), as ``script`` runs the
+    benchmark itself: each saves the child's Python, torch and torch._dynamo start-up (~5 s on an AVX2-only EPYC,
+    ~40 children a suite). The child's working directory, environment, status (``check``) and output
+    (``capture_output``, ``stdout``/``stderr`` as PIPE, STDOUT or a file) are kept; torch's thread count is
+    restored. Children started with ``Popen`` (runs side by side, measured runs) and every other command stay
+    processes: those paths run for real here."""
+    real = subprocess.run
+
+    def run(command, *args, **kwargs):
+        if args or not isinstance(command, list) or [str(c) for c in command[:3]] != SEQ2SEQ_CHILD:
+            return real(command, *args, **kwargs)
+        here, environ, threads = Path.cwd(), dict(os.environ), torch.get_num_threads()
+        try:
+            if kwargs.get("env") is not None:
+                os.environ.clear()
+                os.environ.update(kwargs["env"])
+            os.chdir(kwargs.get("cwd") or here)
+            code, out, err = run_main([str(c) for c in command[3:]])
+        finally:
+            os.chdir(here)
+            os.environ.clear()
+            os.environ.update(environ)
+            torch.set_num_threads(threads)
+        if kwargs.get("capture_output"):
+            kwargs["stdout"] = kwargs["stderr"] = subprocess.PIPE
+        if kwargs.get("stderr") == subprocess.STDOUT:
+            out, err, kwargs["stderr"] = out + err, "", None
+        streams = {}
+        for name, text, default in (("stdout", out, sys.stdout), ("stderr", err, sys.stderr)):
+            target = kwargs.get(name)
+            if target == subprocess.PIPE:
+                streams[name] = text if kwargs.get("text") or kwargs.get("universal_newlines") else text.encode()
+            elif target in (None, subprocess.DEVNULL):
+                if target is None:
+                    default.write(text)
+            elif hasattr(target, "write"):
+                target.write(text if "b" not in getattr(target, "mode", "") else text.encode())
+        if kwargs.get("check") and code:
+            raise subprocess.CalledProcessError(code, command, streams.get("stdout"), streams.get("stderr"))
+        return subprocess.CompletedProcess(command, code, streams.get("stdout"), streams.get("stderr"))
+
+    monkeypatch.setattr(subprocess, "run", run)
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     """A Multi30k-shaped directory ({train,val,test}.{en,de}) from the toy corpus."""

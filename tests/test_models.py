@@ -45,10 +45,11 @@ EXTRA = {  # only for the exactness tests
 }
 
 
-def make_model(variant: str, dropout: float = 0.0, seed: int = 0):
+def make_model(variant: str, dropout: float = 0.0, seed: int = 0, **overrides):
+    """The ``variant``'s model (``VARIANTS``, ``EXTRA``), its options changed by ``overrides``."""
     torch.manual_seed(seed)
     options = {**VARIANTS, **EXTRA}[variant]
-    return build_model(ModelConfig(vocab_size=VOCAB, dropout=dropout, **options))
+    return build_model(ModelConfig(vocab_size=VOCAB, dropout=dropout, **{**options, **overrides}))
 
 
 def reverse_batch(n: int, generator: torch.Generator, min_len: int = 3, max_len: int = 6):
@@ -90,16 +91,18 @@ def train(model, steps: int, lr: float, batch: int = 128, seed: int = 0):
     return model.eval()
 
 
-def trained_once(variant: str, steps: int, lr: float, batch: int = 128, seed: int = 0):
-    """``train(make_model(variant), ...)``, trained once per test run and shared by every file and
+def trained_once(variant: str, steps: int, lr: float, batch: int = 128, seed: int = 0, **overrides):
+    """``train(make_model(variant, **overrides), ...)``, trained once per test run and shared by every file and
     worker (tests/run_shared.py): a fresh model in eval mode with those weights."""
     import run_shared
 
     def build(directory):
-        torch.save(train(make_model(variant), steps, lr, batch, seed).state_dict(), directory / "model.pt")
+        model = make_model(variant, **overrides)
+        torch.save(train(model, steps, lr, batch, seed).state_dict(), directory / "model.pt")
 
-    built = run_shared.built_once(f"reverse-{variant}-{steps}-{lr}-{batch}-{seed}", build)
-    model = make_model(variant)
+    changed = "".join(f"-{key}-{value}" for key, value in sorted(overrides.items()))
+    built = run_shared.built_once(f"reverse-{variant}{changed}-{steps}-{lr}-{batch}-{seed}", build)
+    model = make_model(variant, **overrides)
     model.load_state_dict(torch.load(built / "model.pt", weights_only=True))
     return model.eval()
 

@@ -1,6 +1,7 @@
 """Decoding steps and encoders compiled ahead of time into AOTInductor packages (``seq2seq.models.packaged``):
 the same outputs as eager, kept on disk for the next model, built in a child process while a model decodes."""
 import subprocess
+import time
 import warnings
 from pathlib import Path
 
@@ -19,10 +20,18 @@ from test_models import make_model, reverse_batch, single, trained_once
 from test_static_step import _assert_same, _sentence
 
 
+ONE_LAYER = {"layers": 1}  # a second layer only adds code for the C++ compiler (most of a package's time)
+
+
+def _model(seed: int = 0):
+    """test_static_step's pre-norm Transformer, with one layer, in eval mode."""
+    return make_model("transformer-pre", seed=seed, **ONE_LAYER).eval()
+
+
 @pytest.fixture(scope="module")
 def trained():
-    """test_static_step's Transformer that reverses sequences (trained once per test run)."""
-    return trained_once("transformer-pre", 150, 1e-2)
+    """``_model`` trained to reverse sequences (once per test run)."""
+    return trained_once("transformer-pre", 150, 1e-2, **ONE_LAYER)
 
 
 def _greedy(model, sentences):
@@ -41,7 +50,7 @@ def test_packages_built_in_the_background_decode_like_eager_and_a_second_model_l
     (here by a stand-in compiler that writes the good bytes back). Without Inductor's options (they choose kernels,
     not results; benchmarks/bench_aoti_step.py measures them). Skipped where nothing compiles (no C++ compiler)."""
     monkeypatch.setattr(compiled, "INDUCTOR_OPTIONS", {})
-    model = make_model("transformer-pre").eval()
+    model = _model()
     model.load_state_dict(trained.state_dict())
     pack_for_decoding(model)  # as Translator decodes: the child gets a plain copy
     src, mask, _, _ = reverse_batch(3, torch.Generator().manual_seed(7))
@@ -57,6 +66,7 @@ def test_packages_built_in_the_background_decode_like_eager_and_a_second_model_l
         for got, expected in zip(_greedy(model, sentences), want):
             _assert_same(got, expected)
         passes += 1
+        time.sleep(0.5)  # as a server between requests: the child compiles on the core this thread leaves
     if job.status == "failed" and "compiler" in (job.error or "").lower():
         pytest.skip(f"AOTInductor unavailable here: {job.error}")
     assert job.wait(60) == "ready", job.error
@@ -89,7 +99,7 @@ def test_packages_built_in_the_background_decode_like_eager_and_a_second_model_l
     for compiler, damage in ((no_compiling, False), (rewrite, True)):
         if damage:
             package.write_bytes(b"not a package")  # damaged: compiled again (in this process), the outputs unchanged
-        again = make_model("transformer-pre").eval()
+        again = _model()
         again.load_state_dict(trained.state_dict())
         pack_for_decoding(again)  # as the first: the same structure, so the same package
         with monkeypatch.context() as patched:
@@ -98,7 +108,7 @@ def test_packages_built_in_the_background_decode_like_eager_and_a_second_model_l
             _assert_same(greedy_search(again, SearchBatch(*sentences[0]), need_attention=False), want[0])
         assert again.compiled_step is not None and again.compiled_step.failure is None
     assert package.read_bytes() == good
-    other = make_model("transformer-pre", seed=1).eval()  # other weights: another package
+    other = _model(seed=1)  # other weights: another package
     assert packaged.PackagedStep(other, tmp_path, {}, lambda: None).path(("greedy", 1, True, threads)) != package
 
 
@@ -133,7 +143,7 @@ def _assert_swapping_beams_step_like_eager(model, sentence):
 def test_a_packaged_encoder_encodes_like_the_eager_one_for_every_position_encoding(variant, tmp_path):
     """``PackagedEncoder``: one package for every source length (learned positions up to what they can encode)
     gives the eager encoder's keys and values; without Inductor's options (they choose kernels, not results)."""
-    model = make_model(variant).eval()
+    model = make_model(variant, **ONE_LAYER).eval()
     encoder = packaged.PackagedEncoder(model, tmp_path, {}, lambda: None)
     with torch.inference_mode(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -156,7 +166,7 @@ def test_a_package_that_fails_in_its_child_process_leaves_the_model_eager_and_sa
         return subprocess.CompletedProcess(command, 1, "", "Traceback ...\nCppCompileError: no C++ compiler found\n")
 
     monkeypatch.setattr(packaged.subprocess, "run", failing)
-    model = make_model("transformer-pre").eval()
+    model = _model()
     model.load_state_dict(trained.state_dict())
     sentence = single(*reverse_batch(1, torch.Generator().manual_seed(7))[:2], 0)
     want = _greedy(model, [sentence])
@@ -173,7 +183,7 @@ def test_a_package_that_fails_in_its_child_process_leaves_the_model_eager_and_sa
 def test_a_plain_copy_has_plain_layers_and_no_compiled_parts(trained, tmp_path):
     """``plain_copy``: what a child process is given (picklable) and what adapting trains: the packed layers plain
     again, the compiled parts gone, the same outputs eagerly; the model itself unchanged."""
-    model = make_model("transformer-pre").eval()
+    model = _model()
     model.load_state_dict(trained.state_dict())
     packed = pack_for_decoding(model)
     compile_decoding(model, packages=str(tmp_path))  # nothing built until a sentence decodes

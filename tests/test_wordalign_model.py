@@ -153,12 +153,14 @@ def test_runs_already_in_the_output_dir_are_named_with_how_to_use_them(corpus, t
     assert not (tmp_path / "out.talp").exists()
 
 
-@pytest.mark.slow  # two rounds of two training processes (~30 s on 2 cores)
+@pytest.mark.slow  # two rounds of two training runs
 def test_self_training_teaches_the_second_round_with_the_first_rounds_links(tmp_path):
+    """Its four runs in this process (``--sequential``: no interpreter started per run; ``built`` trains the two
+    directions at once)."""
     source, target = write_corpus(tmp_path)
     output = tmp_path / "links.talp"
-    code, _, err = run_main(["wordalign", "--method", "model", "--max-minutes", "2", "--rounds", "2", "--source",
-                             str(source), "--target", str(target), "--output", str(output), *SMALL,
+    code, _, err = run_main(["wordalign", "--method", "model", "--max-minutes", "4", "--rounds", "2", "--sequential",
+                             "--source", str(source), "--target", str(target), "--output", str(output), *SMALL,
                              "--max-steps", "120"])  # each run stops by its steps, past the floor, well in budget
     assert code == 0, err
     home = tmp_path / "links.talp.models"
