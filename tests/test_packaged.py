@@ -20,18 +20,14 @@ from test_models import make_model, reverse_batch, single, trained_once
 from test_static_step import _assert_same, _sentence
 
 
-ONE_LAYER = {"layers": 1}  # a second layer only adds code for the C++ compiler (most of a package's time)
-
-
-def _model(seed: int = 0):
-    """test_static_step's pre-norm Transformer, with one layer, in eval mode."""
-    return make_model("transformer-pre", seed=seed, **ONE_LAYER).eval()
+ONE_LAYER = {"layers": 1}  # the encoders of each position encoding: a second layer only adds C++ to compile
 
 
 @pytest.fixture(scope="module")
 def trained():
-    """``_model`` trained to reverse sequences (once per test run)."""
-    return trained_once("transformer-pre", 150, 1e-2, **ONE_LAYER)
+    """test_static_step's Transformer that reverses sequences (trained once per test run): two layers, so the
+    packages' per-layer caches are covered (one layer saved no measurable time in the background test)."""
+    return trained_once("transformer-pre", 150, 1e-2)
 
 
 def _greedy(model, sentences):
@@ -50,7 +46,7 @@ def test_packages_built_in_the_background_decode_like_eager_and_a_second_model_l
     (here by a stand-in compiler that writes the good bytes back). Without Inductor's options (they choose kernels,
     not results; benchmarks/bench_aoti_step.py measures them). Skipped where nothing compiles (no C++ compiler)."""
     monkeypatch.setattr(compiled, "INDUCTOR_OPTIONS", {})
-    model = _model()
+    model = make_model("transformer-pre").eval()
     model.load_state_dict(trained.state_dict())
     pack_for_decoding(model)  # as Translator decodes: the child gets a plain copy
     src, mask, _, _ = reverse_batch(3, torch.Generator().manual_seed(7))
@@ -99,7 +95,7 @@ def test_packages_built_in_the_background_decode_like_eager_and_a_second_model_l
     for compiler, damage in ((no_compiling, False), (rewrite, True)):
         if damage:
             package.write_bytes(b"not a package")  # damaged: compiled again (in this process), the outputs unchanged
-        again = _model()
+        again = make_model("transformer-pre").eval()
         again.load_state_dict(trained.state_dict())
         pack_for_decoding(again)  # as the first: the same structure, so the same package
         with monkeypatch.context() as patched:
@@ -108,7 +104,7 @@ def test_packages_built_in_the_background_decode_like_eager_and_a_second_model_l
             _assert_same(greedy_search(again, SearchBatch(*sentences[0]), need_attention=False), want[0])
         assert again.compiled_step is not None and again.compiled_step.failure is None
     assert package.read_bytes() == good
-    other = _model(seed=1)  # other weights: another package
+    other = make_model("transformer-pre", seed=1).eval()  # other weights: another package
     assert packaged.PackagedStep(other, tmp_path, {}, lambda: None).path(("greedy", 1, True, threads)) != package
 
 
@@ -166,7 +162,7 @@ def test_a_package_that_fails_in_its_child_process_leaves_the_model_eager_and_sa
         return subprocess.CompletedProcess(command, 1, "", "Traceback ...\nCppCompileError: no C++ compiler found\n")
 
     monkeypatch.setattr(packaged.subprocess, "run", failing)
-    model = _model()
+    model = make_model("transformer-pre").eval()
     model.load_state_dict(trained.state_dict())
     sentence = single(*reverse_batch(1, torch.Generator().manual_seed(7))[:2], 0)
     want = _greedy(model, [sentence])
@@ -183,7 +179,7 @@ def test_a_package_that_fails_in_its_child_process_leaves_the_model_eager_and_sa
 def test_a_plain_copy_has_plain_layers_and_no_compiled_parts(trained, tmp_path):
     """``plain_copy``: what a child process is given (picklable) and what adapting trains: the packed layers plain
     again, the compiled parts gone, the same outputs eagerly; the model itself unchanged."""
-    model = _model()
+    model = make_model("transformer-pre").eval()
     model.load_state_dict(trained.state_dict())
     packed = pack_for_decoding(model)
     compile_decoding(model, packages=str(tmp_path))  # nothing built until a sentence decodes
