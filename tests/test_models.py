@@ -91,18 +91,16 @@ def train(model, steps: int, lr: float, batch: int = 128, seed: int = 0):
     return model.eval()
 
 
-def trained_once(variant: str, steps: int, lr: float, batch: int = 128, seed: int = 0, **overrides):
-    """``train(make_model(variant, **overrides), ...)``, trained once per test run and shared by every file and
+def trained_once(variant: str, steps: int, lr: float, batch: int = 128, seed: int = 0):
+    """``train(make_model(variant), ...)``, trained once per test run and shared by every file and
     worker (tests/run_shared.py): a fresh model in eval mode with those weights."""
     import run_shared
 
     def build(directory):
-        model = make_model(variant, **overrides)
-        torch.save(train(model, steps, lr, batch, seed).state_dict(), directory / "model.pt")
+        torch.save(train(make_model(variant), steps, lr, batch, seed).state_dict(), directory / "model.pt")
 
-    changed = "".join(f"-{key}-{value}" for key, value in sorted(overrides.items()))
-    built = run_shared.built_once(f"reverse-{variant}{changed}-{steps}-{lr}-{batch}-{seed}", build)
-    model = make_model(variant, **overrides)
+    built = run_shared.built_once(f"reverse-{variant}-{steps}-{lr}-{batch}-{seed}", build)
+    model = make_model(variant)
     model.load_state_dict(torch.load(built / "model.pt", weights_only=True))
     return model.eval()
 
