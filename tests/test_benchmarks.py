@@ -26,6 +26,24 @@ TINY_MODEL = ["--d-model", "32", "--heads", "2", "--ff-size", "64", "--layers", 
               "--eval-every", "3", "--eval-max-sentences", "4"]
 
 
+@contextlib.contextmanager
+def as_a_child(cwd, env: dict | None = None):
+    """Run the block in ``cwd`` (and with ``env`` as the whole environment, when given), as a child process
+    would; the working directory, the environment and torch's thread count are restored afterwards."""
+    here, environ, threads = Path.cwd(), dict(os.environ), torch.get_num_threads()
+    try:
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        os.chdir(cwd)
+        yield
+    finally:
+        os.chdir(here)
+        os.environ.clear()
+        os.environ.update(environ)
+        torch.set_num_threads(threads)
+
+
 def script(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     """``python benchmarks/NAME ARGS`` run from ``cwd``, as its ``main(argv)`` in this process (no Python +
     torch start-up; what the script's own subprocesses print is not captured): ``sys.argv`` as the command
@@ -34,21 +52,17 @@ def script(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     (``test_ab_speed_...``: ``ab_speed.py`` as a user runs it)."""
     module = importlib.import_module(Path(name).stem)
     out, err = io.StringIO(), io.StringIO()
-    here, environ, threads, argv = Path.cwd(), dict(os.environ), torch.get_num_threads(), sys.argv
+    argv = sys.argv
     try:
-        os.chdir(cwd)
-        sys.argv = [str(ROOT / "benchmarks" / name), *args]  # the record's command
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = module.main(list(args))
-            except SystemExit as exc:
-                code = exc.code
+        with as_a_child(cwd):
+            sys.argv = [str(ROOT / "benchmarks" / name), *args]  # the record's command
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    code = module.main(list(args))
+                except SystemExit as exc:
+                    code = exc.code
     finally:
-        os.chdir(here)
         sys.argv = argv
-        os.environ.clear()
-        os.environ.update(environ)
-        torch.set_num_threads(threads)
     assert code in (0, None), out.getvalue()[-2000:] + err.getvalue()[-3000:]
     return subprocess.CompletedProcess([name, *args], 0, out.getvalue(), err.getvalue())
 
@@ -80,18 +94,8 @@ def seq2seq_children_in_process(monkeypatch):
     def run(command, *args, **kwargs):
         if args or not isinstance(command, list) or [str(c) for c in command[:3]] != SEQ2SEQ_CHILD:
             return real(command, *args, **kwargs)
-        here, environ, threads = Path.cwd(), dict(os.environ), torch.get_num_threads()
-        try:
-            if kwargs.get("env") is not None:
-                os.environ.clear()
-                os.environ.update(kwargs["env"])
-            os.chdir(kwargs.get("cwd") or here)
+        with as_a_child(kwargs.get("cwd") or Path.cwd(), kwargs.get("env")):
             code, out, err = run_main([str(c) for c in command[3:]])
-        finally:
-            os.chdir(here)
-            os.environ.clear()
-            os.environ.update(environ)
-            torch.set_num_threads(threads)
         if kwargs.get("capture_output"):
             kwargs["stdout"] = kwargs["stderr"] = subprocess.PIPE
         if kwargs.get("stderr") == subprocess.STDOUT:
@@ -101,10 +105,9 @@ def seq2seq_children_in_process(monkeypatch):
             target = kwargs.get(name)
             if target == subprocess.PIPE:
                 streams[name] = text if kwargs.get("text") or kwargs.get("universal_newlines") else text.encode()
-            elif target in (None, subprocess.DEVNULL):
-                if target is None:
-                    default.write(text)
-            elif hasattr(target, "write"):
+            elif target is None:
+                default.write(text)
+            elif target != subprocess.DEVNULL and hasattr(target, "write"):
                 target.write(text if "b" not in getattr(target, "mode", "") else text.encode())
         if kwargs.get("check") and code:
             raise subprocess.CalledProcessError(code, command, streams.get("stdout"), streams.get("stderr"))

@@ -20,9 +20,6 @@ from test_models import make_model, reverse_batch, single, trained_once
 from test_static_step import _assert_same, _sentence
 
 
-ONE_LAYER = {"layers": 1}  # the encoders of each position encoding: a second layer only adds C++ to compile
-
-
 @pytest.fixture(scope="module")
 def trained():
     """test_static_step's Transformer that reverses sequences (trained once per test run): two layers, so the
@@ -139,7 +136,7 @@ def _assert_swapping_beams_step_like_eager(model, sentence):
 def test_a_packaged_encoder_encodes_like_the_eager_one_for_every_position_encoding(variant, tmp_path):
     """``PackagedEncoder``: one package for every source length (learned positions up to what they can encode)
     gives the eager encoder's keys and values; without Inductor's options (they choose kernels, not results)."""
-    model = make_model(variant, **ONE_LAYER).eval()
+    model = make_model(variant, layers=1).eval()  # a second layer only adds C++ to compile
     encoder = packaged.PackagedEncoder(model, tmp_path, {}, lambda: None)
     with torch.inference_mode(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
