@@ -12,14 +12,16 @@ import torch
 from conftest import run_main
 
 from seq2seq.alignment.guided import GuidedAlignments, piece_gold, piece_words, word_start_table
-from seq2seq.alignment.matrices import word_spans
+from seq2seq.alignment.matrices import aggregate, word_spans
 from seq2seq.checkpoint.file import load_checkpoint
 from seq2seq.config import AlignConfig, GuidedConfig, ModelConfig, RunConfig
 from seq2seq.data.cleaning import clean_corpus
 from seq2seq.data.corpus import toy_eval_size
 from seq2seq.data.guided import attach_alignment_lines
 from seq2seq.data.prepare import encode_corpus
+from seq2seq.decoding.translator import Translator
 from seq2seq.errors import UserError
+from seq2seq.jobs.compare.stats import forced_attentions
 from seq2seq.models import build_model
 from seq2seq.nn.alignment_loss import guided_alignment_loss
 from seq2seq.toy import toy_corpus
@@ -313,6 +315,26 @@ def test_the_alignment_commands_default_to_the_supervised_head(guided_run, tmp_p
         assert code == 0, err
         scores[name] = json.loads(out.strip().splitlines()[-1])["forward"]
     assert scores["default"] == scores["head 1"]
+    # seq2seq wordalign --method model aligns through the same path, so with the same head (it used to read layer
+    # -2's mean of heads: AlignConfig() followed no model)
+    links = {}
+    for name, command in (("align", common[:7] + ["--align-heads", "1"]), ("mean", common[:7] + ["--align-heads",
+                                                                                                  "mean"]),
+                          ("wordalign", ["wordalign", "--method", "model", "--checkpoint", str(guided_run),
+                                         "--source", str(tmp_path / "test.en"), "--target", str(tmp_path / "test.de"),
+                                         "--device", "cpu"])):
+        code, _, err = run_main(command + ["--output", str(tmp_path / f"{name}.talp")])
+        assert code == 0, err
+        links[name] = (tmp_path / f"{name}.talp").read_text(encoding="utf-8")
+    assert links["wordalign"] == links["align"] != links["mean"]
+    # ... and the Python API's translations, the comparison report's forced attention, attribution
+    translator = Translator.from_checkpoint(guided_run, device="cpu")
+    translation = translator.translate(test["src"][:1], beam_size=1, need_attention=True)[0]
+    assert translation.supervised_attention == (-2, [1])
+    assert translation.alignment_record(0).heads == [1]
+    assert translation.alignment_record(0, heads="mean").heads == "mean"  # chosen: kept
+    np.testing.assert_array_equal(translation.alignment, aggregate(translation.attention, -2, [1]))
+    assert forced_attentions(translator, test["src"][:1], [translation.text])[0].heads == [1]
     code, _, err = run_main(["translate", "--checkpoint", str(guided_run), "--input", str(tmp_path / "test.en"),
                              "--output", str(tmp_path / "hyp"), "--alignments", str(tmp_path / "align.jsonl"),
                              "--device", "cpu", "--beam-size", "1"])
@@ -324,6 +346,10 @@ def test_the_alignment_commands_default_to_the_supervised_head(guided_run, tmp_p
 def test_align_config_follows_the_model_only_when_not_chosen():
     assert AlignConfig(model_default=True).for_model((-2, [3])).heads == [3]
     assert AlignConfig(model_default=True).for_model(None) == AlignConfig(model_default=True)
+    assert AlignConfig().for_model((-2, [3])) == AlignConfig(heads=[3], model_default=False)  # the default follows
+    assert AlignConfig(model_default=False).for_model((-2, [3])) == AlignConfig(model_default=False)
+    assert AlignConfig(layer=1).for_model((-2, [3])) == AlignConfig(layer=1)  # a layer given in code is kept
+    assert AlignConfig(heads=[0]).for_model((-2, [3])) == AlignConfig(heads=[0])
     chosen = AlignConfig.from_flags("-1", "mean")
     assert chosen.for_model((-2, [3])) == chosen
 

@@ -103,12 +103,14 @@ def attribute(model: EncoderDecoder, src_ids: Sequence[int], tgt_ids: Sequence[i
 def attribute_translation(translator, translation, method: str, attribution: AttributionConfig | None = None,
                           align: AlignConfig | None = None, *, contrast: str | None = None) -> Attribution:
     """Attribution of a ``Translation`` returned by ``translator.translate`` (``attribution`` and ``align`` as
-    ``attribute`` reads them; the source pieces come from the translation). ``contrast``: an alternative
-    translation (text) to explain the output against, "why this rather than that" (the export records
+    ``attribute`` reads them, except that a model trained with guided alignment reads its supervised heads unless
+    others were chosen: ``AlignConfig.for_model``; the source pieces come from the translation). ``contrast``: an
+    alternative translation (text) to explain the output against, "why this rather than that" (the export records
     it as ``contrast``)."""
     if not translation.src_tokens:
         raise ValueError("attribute_translation: the translation has no source tokens (empty input)")
     contrast_ids = None if contrast is None else translator.tokenizer.encode(contrast.strip())
+    align = (align or AlignConfig()).for_model(translator.supervised_attention)  # a guided model: its heads
     result = attribute(translator.model, translation.src_tokens, translation.tokens, method, attribution, align,
                        src_pieces=translation.src_pieces, contrast_ids=contrast_ids)
     if contrast is not None:

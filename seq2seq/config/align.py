@@ -41,8 +41,10 @@ class AlignConfig:
                                            "in (0, 1] (grow: [0, 1], 0 keeps every grown link); unset: the "
                                            "method's default (DEFAULT_SHARES)")
     include_eos: bool = option(False, "keep the source EOS column and target EOS row in matrices and links")
-    model_default: bool = option(False, "layer and heads were not chosen: for a model trained with guided "
-                                        "alignment, read the layer and heads it supervised (``for_model``)")
+    model_default: bool = option(True, "a model trained with guided alignment reads the layer and heads it "
+                                       "supervised while ``layer`` and ``heads`` are the defaults (``for_model``); "
+                                       "False: the defaults as they are (``--align-layer`` / ``--align-heads`` "
+                                       "given)")
 
     @classmethod
     def from_flags(cls, layer: str, heads: str, method: str = "argmax", threshold: float | None = None,
@@ -54,10 +56,13 @@ class AlignConfig:
         return config
 
     def for_model(self, supervised: tuple[int, list[int]] | None) -> "AlignConfig":
-        """The settings for a model whose ``GuidedConfig.supervised_attention()`` is ``supervised``: with
-        ``model_default`` and a model trained with guided alignment, its supervised layer and heads (the
-        attention trained to align words); otherwise unchanged."""
-        if not self.model_default or supervised is None:
+        """The settings for a model whose ``GuidedConfig.supervised_attention()`` is ``supervised``: for a model
+        trained with guided alignment, its supervised layer and heads (the attention trained to align words)
+        where ``layer`` and ``heads`` were left at their defaults and ``model_default`` holds; otherwise
+        unchanged. So ``AlignConfig()`` follows each model (``AlignConfig(model_default=False)`` reads layer -2's
+        mean of heads of any model), and a layer or heads given in code are kept."""
+        chosen = (self.layer, self.heads) != (AlignConfig.layer, AlignConfig.heads)
+        if not self.model_default or chosen or supervised is None:
             return self
         layer, heads = supervised
         return dataclasses.replace(self, layer=layer, heads=list(heads), model_default=False)

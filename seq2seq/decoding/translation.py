@@ -34,16 +34,25 @@ class Translation:
     #: vocabulary) and the entropy in nats of the model's distribution at that step
     token_log_probs: list[float] | None = None
     token_entropy: list[float] | None = None
+    #: the (layer, heads) that guided alignment trained the model to align with (``Translator.supervised_attention``),
+    #: which ``alignment`` and ``alignment_record`` read unless told otherwise; None: a model trained without it
+    supervised_attention: tuple[int, list[int]] | None = None
+
+    def default_attention(self) -> tuple[int | str, str | list[int]]:
+        """The layer and heads read when none are given: the supervised ones of a model trained with guided
+        alignment, else ``AlignConfig``'s defaults (``AlignConfig.for_model``)."""
+        align = AlignConfig().for_model(self.supervised_attention)
+        return align.layer, align.heads
 
     @property
     def alignment(self) -> np.ndarray | None:
-        """(tgt_len + 1, src_len + 1) attention averaged over the heads of the default layer
-        (the penultimate decoder layer; the only one for RNNs)."""
+        """(tgt_len + 1, src_len + 1) attention of the default layer averaged over its heads (the penultimate
+        decoder layer's, the only one of an RNN; a model trained with guided alignment: its supervised heads)."""
         if self.attention is None:
             return None
         from ..alignment.matrices import aggregate
 
-        return aggregate(self.attention)
+        return aggregate(self.attention, *self.default_attention())
 
     def confidence(self) -> dict[str, list[dict[str, Any]]] | None:
         """Per target piece and per word (pieces joined at SentencePiece's word starts; EOS a word of its
@@ -60,15 +69,19 @@ class Translation:
                  for word, (start, end) in zip(words_from_pieces(self.tgt_pieces), word_spans(self.tgt_pieces))]
         return {"tokens": tokens, "words": words}
 
-    def alignment_record(self, index: int, layer: int | str = AlignConfig.layer,
-                         heads: str | list[int] = AlignConfig.heads, include_eos: bool = AlignConfig.include_eos,
-                         method: str = AlignConfig.method, threshold: float | None = AlignConfig.threshold):
+    def alignment_record(self, index: int, layer: int | str | None = None, heads: str | list[int] | None = None,
+                         include_eos: bool = AlignConfig.include_eos, method: str = AlignConfig.method,
+                         threshold: float | None = AlignConfig.threshold):
         """This translation's attention as an ``AlignmentRecord`` (word merge, Pharaoh links);
-        ``method`` (``LINK_METHODS``) extracts the hard links (see seq2seq.alignment)."""
+        ``method`` (``LINK_METHODS``) extracts the hard links (see seq2seq.alignment). ``layer`` and ``heads``
+        None: ``default_attention`` (a guided model's supervised heads)."""
         from ..alignment.records import AlignmentRecord
 
         if self.attention is None:
             raise ValueError("translate with need_attention=True to get alignments")
+        default_layer, default_heads = self.default_attention()
+        layer = default_layer if layer is None else layer
+        heads = default_heads if heads is None else heads
         return AlignmentRecord.build(index, self.source, self.text, self.src_pieces, self.tgt_pieces, self.attention,
                                      AlignConfig(layer=layer, heads=heads, method=method, threshold=threshold,
                                                  include_eos=include_eos))

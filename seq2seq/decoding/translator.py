@@ -398,7 +398,7 @@ class Translator:
                 score=float(hyp.score), log_prob=float(hyp.log_prob), src_pieces=src_pieces,
                 tgt_pieces=self.tokenizer.pieces(list(hyp.tokens) + [EOS_ID]), attention=attention,
                 src_tokens=list(src_ids), member_attention=members, token_log_probs=log_probs,
-                token_entropy=entropy,
+                token_entropy=entropy, supervised_attention=self.supervised_attention,
             ))
         best = alternatives[0]
         best.alternatives = alternatives

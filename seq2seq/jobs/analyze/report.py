@@ -90,8 +90,9 @@ def analyze_model(system: System, corpus: Corpus, job: AnalyzeJob) -> dict[str, 
     """Every statistic of one model over the corpus (JSON-able apart from numpy arrays)."""
     translator, model = system.translator, system.translator.model
     tok, limit = translator.tokenizer, translator.max_input_tokens
-    layer, heads = check_layer_heads(job.align.layer, job.align.heads, model)
-    word_align = replace(job.align, layer=layer, heads=heads, include_eos=False)  # the gold's words: EOS dropped
+    own = job.align.for_model(translator.supervised_attention)  # a guided model: its supervised heads
+    layer, heads = check_layer_heads(own.layer, own.heads, model)
+    word_align = replace(own, layer=layer, heads=heads, include_eos=False)  # the gold's words: EOS dropped
     src_ids = [tok.encode(corpus.sources[i].strip())[:limit] + [EOS_ID] for i in corpus.indices]
     tgt_ids, tgt_texts = targets_of(system, corpus, job)
     order = sorted(range(len(src_ids)), key=lambda k: -len(src_ids[k]))  # similar lengths per batch
@@ -127,6 +128,7 @@ def analyze_model(system: System, corpus: Corpus, job: AnalyzeJob) -> dict[str, 
         "per_head": per_head.means(), "aggregate": {n: float(v[0, 0]) for n, v in pooled.means().items()},
         "classes": mass.classes(), "top_words": mass.top_words(job.top_words),
         "aer": None, "aggregate_aer": None, "importance": None, "importance_note": None,
+        "aggregate_attention": {"layer": own.layer, "heads": own.heads},
     }
     if corpus.gold is not None:
         if mismatched:
@@ -218,7 +220,8 @@ def analyze(job: AnalyzeJob) -> Path:
     names = system_names(checkpoints, job.names)
     systems = [load_system(str(ckpt), name, job.device) for ckpt, name in zip(checkpoints, names)]
     for system in systems:
-        check_layer_heads(job.align.layer, job.align.heads, system.translator.model)
+        own = job.align.for_model(system.translator.supervised_attention)
+        check_layer_heads(own.layer, own.heads, system.translator.model)
     with staged_directory(out) as root:
         report = build_report(systems, corpus, job, root)
         (root / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -10,7 +10,7 @@ import numpy as np
 
 from ...alignment.links import alignment_error_rate, argmax_alignment
 from ...alignment.records import AlignmentRecord
-from ...config import FORCED_BATCH_SIZE
+from ...config import FORCED_BATCH_SIZE, AlignConfig
 from ...decoding.scoring import teacher_force
 from ...decoding.translator import Translator
 from ...errors import UserError
@@ -119,14 +119,16 @@ def forced_attentions(translator: Translator, sources: Sequence[str], targets: S
                       batch_size: int = FORCED_BATCH_SIZE, first_index: int = 0) -> list[AlignmentRecord]:
     """Teacher-force each ``target`` on its ``source`` (``scoring.teacher_force``) and return the
     model's attention as alignment records (word matrices over source words x target words,
-    default layer/heads). Both sides are cut to the translator's ``max_input_tokens`` subwords."""
+    default layer/heads; a model trained with guided alignment: its supervised heads). Both sides are cut to the
+    translator's ``max_input_tokens`` subwords."""
+    align = AlignConfig().for_model(translator.supervised_attention)
     tok, limit = translator.tokenizer, translator.max_input_tokens
     src_ids = [tok.encode(s.strip())[:limit] + [EOS_ID] for s in sources]
     tgt_ids = [tok.encode(t.strip())[:limit] for t in targets]
     _, attention = teacher_force(translator.model, src_ids, tgt_ids, need_attention=True, batch_size=batch_size,
                                  need_scores=False)
     return [AlignmentRecord.build(first_index + k, sources[k], targets[k], tok.pieces(src_ids[k]),
-                                  tok.pieces(tgt_ids[k] + [EOS_ID]), attention[k])  # (L, H, T+1, S)
+                                  tok.pieces(tgt_ids[k] + [EOS_ID]), attention[k], align)  # (L, H, T+1, S)
             for k in range(len(sources))]
 
 

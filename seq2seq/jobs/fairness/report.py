@@ -91,6 +91,7 @@ def probe_model(system: System, inputs: list[tuple[int, Swapped]], job: Fairness
     """The probe of one model (``target``: the swapper of its output language): pairs, their summary, the
     occupation probe."""
     translator = system.translator
+    align = job.align.for_model(translator.supervised_attention)  # a guided model: its supervised heads
     started = time.perf_counter()
     texts = [swapped.source for _, swapped in inputs] + [swapped.text for _, swapped in inputs]
     log("translate", model=system.name, sentences=len(texts), quiet=job.quiet)
@@ -99,7 +100,7 @@ def probe_model(system: System, inputs: list[tuple[int, Swapped]], job: Fairness
     pairs: list[Pair] = []
     for k, (line, swapped) in enumerate(inputs):
         pair = measure(line, swapped, (translations[k].text, translations[n + k].text), target, groups)
-        record = translations[n + k].alignment_record(0, job.align.layer, job.align.heads, include_eos=True)
+        record = translations[n + k].alignment_record(0, align.layer, align.heads, include_eos=True)
         add_evidence(pair, "attention", record.words, record.src_words[:-1], record.tgt_words[:-1])
         if job.attribution != "none" and k < job.evidence_sentences and translations[n + k].tokens:
             from ...attribution.attribute import attribute_translation
@@ -109,7 +110,8 @@ def probe_model(system: System, inputs: list[tuple[int, Swapped]], job: Fairness
             add_evidence(pair, job.attribution, record.words, record.src_words[:-1], record.tgt_words[:-1])
         pairs.append(pair)
     entry: dict[str, Any] = {"name": system.name, "checkpoint": display_path(system.checkpoint), "model": system.model,
-                             **summary(pairs, groups), "occupations": None}
+                             "align": {"layer": align.layer, "heads": align.heads}, **summary(pairs, groups),
+                             "occupations": None}
     if job.occupations:
         sentences = occupation_probe.probe_sentences()
         log("occupations", model=system.name, sentences=len(sentences), quiet=job.quiet)
@@ -147,7 +149,8 @@ def fairness(job: FairnessJob) -> Path:
         raise UserError(f"--occupations probes English -> German; the models translate {src} -> {tgt}")
     job = replace(job, occupations=(src, tgt) == ("en", "de") if job.occupations is None else job.occupations)
     for system in systems:
-        check_layer_heads(job.align.layer, job.align.heads, system.translator.model)
+        own = job.align.for_model(system.translator.supervised_attention)
+        check_layer_heads(own.layer, own.heads, system.translator.model)
     inputs, lines = swapped_inputs(job, source)
     groups = source.swap_list.groups
     models = [probe_model(system, inputs, job, target, groups) for system in systems]
