@@ -459,6 +459,16 @@ def test_budget_benchmark_tests_the_snapshots_nearest_each_budget_and_resumes_a_
     assert set(record["crossings"]) == {"minutes", "steps"}
     assert (tmp_path / "budget.png").read_bytes()[:4] == b"\x89PNG"
     assert "Validation curves (transformer-align against rnn-bahdanau)" in (tmp_path / "budget.md").read_text()
+    # rescore_aer.py: the AER column scored again from the kept snapshots, the old figures kept with the reason
+    scored = [row["aer"] for row in record["archs"]["transformer-align"]["budgets"]]
+    record["archs"]["transformer-align"]["budgets"][0]["aer"] = 0.99  # as if first read from the wrong attention
+    out.write_text(json.dumps(record))
+    script("rescore_aer.py", "--record", str(out), "--runs", str(out.with_suffix("")), "--data-dir", str(data),
+           "--src", "en", "--tgt", "de", "--archs", "transformer-align", "--reason", "a test.", cwd=tmp_path)
+    rescored = check_record(out, "budget")
+    assert [row["aer"] for row in rescored["archs"]["transformer-align"]["budgets"]] == scored
+    assert rescored["aer_rescored"][0]["before"] == {"transformer-align": [0.99, *scored[1:]]}
+    assert "AER re-scored" in (tmp_path / "budget.md").read_text()
     transformer = Path(record["archs"]["transformer-align"]["run"])
     (transformer / "summary.json").unlink()  # as if killed after its last checkpoint
     steps = record["archs"]["transformer-align"]["steps"]

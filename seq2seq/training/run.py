@@ -12,7 +12,6 @@ from ..checkpoint.file import holds_checkpoints, load_checkpoint
 from ..checkpoint.loaded import LoadedCheckpoint
 from ..config import RESUME_FIELDS, RunConfig
 from ..decoding.translation import EmptyOutputs
-from ..decoding.translator import Translator
 from ..errors import OutputError, UserError
 from ..io_utils import make_directory
 from ..metrics import corpus_scores
@@ -209,7 +208,7 @@ def test_best_checkpoint(trainer: Trainer, out: Path, beam_size: int = 5, plots:
 
     trainer.model.load_state_dict(load_checkpoint(out / "best.pt")["model"])
     sources, references = trainer.corpus.texts("test")
-    translator = Translator(trainer.model, trainer.corpus.tokenizer)
+    translator = trainer.translator()
     hyps = translator.translate(sources, beam_size=beam_size, need_attention=False)
     with atomic_output(out / "test.hyp") as handle:
         handle.writelines(h.text + "\n" for h in hyps)

@@ -45,6 +45,7 @@ from ..checkpoint.kept import KeptCheckpoints
 from ..config import RunConfig
 from ..data.batching import Batch
 from ..data.prefetch import prefetch
+from ..decoding.setup import ModelOrigin
 from ..decoding.translator import Translator
 from ..errors import OutputError, UserError
 from ..metrics import corpus_scores
@@ -429,6 +430,13 @@ class Trainer:
             self.kept.add(self.state(), p.step, bleu=scores["bleu"])
 
     @torch.inference_mode()
+    def translator(self) -> Translator:
+        """The model being trained as a ``Translator`` whose origin says what its checkpoint would: the attention
+        guided alignment supervises (its alignments' and plots' default) and its languages."""
+        origin = ModelOrigin(supervised_attention=self.cfg.guided.supervised_attention(),
+                             languages=(self.cfg.data.src, self.cfg.data.tgt))
+        return Translator(self.model, self.corpus.tokenizer, origin=origin)
+
     def validate(self) -> dict[str, float]:
         """Teacher-forced loss/perplexity and BLEU of greedy (or ``eval.beam_size``) decoding."""
         self.model.eval()
@@ -440,7 +448,7 @@ class Trainer:
             loss_sum += sequence_loss(logits, batch.tgt_out)
             tokens += batch.num_tgt_tokens
         sources, references = self.corpus.texts("validation", self.cfg.eval.max_sentences)
-        translator = Translator(self.model, self.corpus.tokenizer)  # decodes in IEEE fp32, leaves --tf32
+        translator = self.translator()  # decodes in IEEE fp32, leaves --tf32
         hyps = translator.translate(sources, beam_size=self.cfg.eval.beam_size, need_attention=False)
         scores = corpus_scores([h.text for h in hyps], references, ("bleu", "chrf"))
         if self.tensorboard.writer is not None:  # the same few sentences at every validation
