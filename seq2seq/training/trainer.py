@@ -429,7 +429,6 @@ class Trainer:
         if self.main and self.kept.enabled:
             self.kept.add(self.state(), p.step, bleu=scores["bleu"])
 
-    @torch.inference_mode()
     def translator(self) -> Translator:
         """The model being trained as a ``Translator`` whose origin says what its checkpoint would: the attention
         guided alignment supervises (its alignments' and plots' default) and its languages."""
@@ -437,6 +436,7 @@ class Trainer:
                              languages=(self.cfg.data.src, self.cfg.data.tgt))
         return Translator(self.model, self.corpus.tokenizer, origin=origin)
 
+    @torch.inference_mode()
     def validate(self) -> dict[str, float]:
         """Teacher-forced loss/perplexity and BLEU of greedy (or ``eval.beam_size``) decoding."""
         self.model.eval()
