@@ -185,7 +185,7 @@ def test_private_imports_are_reported():
 
 #: Files allowed past ``MAX_LINES``, each with its own ceiling (issue 47 splits them: the config into
 #: a package by concern, the trainer's bookkeeping into functions). The list only shrinks.
-LONG_FILES = {"training/trainer.py": 475, "decoding/translator.py": 410,
+LONG_FILES = {"training/trainer.py": 470, "decoding/translator.py": 410,
               "nn/attention.py": 420}
 MAX_LINES = 400
 

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..checkpoint.loaded import LoadedCheckpoint
-from ..config import DecodeConfig
+from ..config import DecodeConfig, RunConfig
 from ..errors import UserError
 from ..models.base import EncoderDecoder
 from ..nn.packed import pack_for_decoding
@@ -47,6 +47,11 @@ class ModelOrigin:
     checkpoints: tuple[str, ...] = ()
     supervised_attention: tuple[int, list[int]] | None = None
     languages: tuple[str, str] | None = None
+
+    @classmethod
+    def of_run(cls, config: RunConfig, checkpoints: tuple[str, ...] = ()) -> "ModelOrigin":
+        """The origin of a model trained with ``config`` (a checkpoint's, or a run's while it trains)."""
+        return cls(checkpoints, config.guided.supervised_attention(), (config.data.src, config.data.tgt))
 
 
 def setup_and_decode(setup: TranslatorSetup | None, decode: DecodeConfig | None,

@@ -182,9 +182,8 @@ class Translator:
             raise compile_conflict(setup.engine)
         wanted = compile_pays(dev, precision) if compile is None else compile
         compiled = compile_decoding(model, setup.compile_cache) if wanted and search is None else False
-        origin = ModelOrigin(checkpoints=tuple(str(p.path if isinstance(p, LoadedCheckpoint) else p) for p in paths),
-                             supervised_attention=config.guided.supervised_attention(),  # an ensemble's: its first's
-                             languages=(config.data.src, config.data.tgt))
+        checkpoints = tuple(str(p.path if isinstance(p, LoadedCheckpoint) else p) for p in paths)
+        origin = ModelOrigin.of_run(config, checkpoints)  # an ensemble: its first member's config
         return cls(model, tokenizer, decode, shortlist, search, compiled, setup.compile_cache, origin)
 
     def warm_up(self, beam_sizes: Sequence[int]) -> float:

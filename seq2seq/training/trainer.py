@@ -430,11 +430,8 @@ class Trainer:
             self.kept.add(self.state(), p.step, bleu=scores["bleu"])
 
     def translator(self) -> Translator:
-        """The model being trained as a ``Translator`` whose origin says what its checkpoint would: the attention
-        guided alignment supervises (its alignments' and plots' default) and its languages."""
-        origin = ModelOrigin(supervised_attention=self.cfg.guided.supervised_attention(),
-                             languages=(self.cfg.data.src, self.cfg.data.tgt))
-        return Translator(self.model, self.corpus.tokenizer, origin=origin)
+        """The model being trained as a ``Translator`` that knows its run's supervised heads (``ModelOrigin``)."""
+        return Translator(self.model, self.corpus.tokenizer, origin=ModelOrigin.of_run(self.cfg))
 
     @torch.inference_mode()
     def validate(self) -> dict[str, float]:
