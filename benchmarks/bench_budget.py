@@ -271,11 +271,15 @@ def main(argv: list[str] | None = None) -> int:
               "extra_flags": args.extra, "archs": archs,
               "crossings": {axis: crossings(*(curve_points(c, axis) for c in curves)) if len(curves) == 2 else []
                             for axis in ("minutes", "steps")}}
-    text = table(record)
-    write_record(args.out, record, text)
-    plot(record, args.out.with_suffix(".png"))
-    print(text)
+    save(record, args.out, table(record))
     return 0
+
+
+def save(record: dict, path: Path, text: str) -> None:
+    """``record`` as JSON at ``path``, ``text`` as its markdown and its plot (.png) beside it; ``text`` printed."""
+    write_record(path, record, text)
+    plot(record, path.with_suffix(".png"))
+    print(text)
 
 
 if __name__ == "__main__":

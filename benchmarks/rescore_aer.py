@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench_budget import gold_aer, gold_files, plot, table
-from common import ROOT, add_multi30k_flags, write_record
+from bench_budget import gold_aer, gold_files, save, table
+from common import ROOT, add_multi30k_flags
 from seq2seq.io_utils import display_path
 
 
@@ -61,9 +61,7 @@ def main(argv: list[str] | None = None) -> int:
                              for arch, aers in entry["before"].items()) + ".\n")
     if record.get("note"):
         text += "\n" + record["note"] + "\n"
-    write_record(args.record, record, text)
-    plot(record, args.record.with_suffix(".png"))
-    print(text)
+    save(record, args.record, text)
     return 0
 
 
